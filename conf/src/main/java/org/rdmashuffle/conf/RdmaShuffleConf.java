@@ -1,0 +1,347 @@
+package org.rdmashuffle.conf;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * Every {@code spark.shuffle.rdma.*} key, declared once with its type, default, unit, documentation
+ * and check, and a validated, immutable snapshot of their values.
+ *
+ * <p>Built from a plain string map so that modules below {@code shuffle-manager} need no Spark. All
+ * keys are checked together at construction: a {@link ConfigException} names each bad key, the value
+ * given and what is accepted. An unknown key under {@code spark.shuffle.rdma.} is an error too, so a
+ * misspelt key never silently falls back to its default.
+ */
+public final class RdmaShuffleConf {
+    public static final String PREFIX = "spark.shuffle.rdma.";
+
+    /** Which transport carries the READs. */
+    public enum Provider { AUTO, VERBS, TCP }
+
+    /** What to do when the RDMA transport cannot start. */
+    public enum Fallback { AUTO, ALWAYS, NEVER }
+
+    /** How much the buffer pool tracks buffers that are never released. */
+    public enum LeakDetection { DISABLED, SAMPLED, PARANOID }
+
+    private static final List<ConfigKey<?>> KEYS = new ArrayList<>();
+
+    private static <T> ConfigKey<T> declare(ConfigKey<T> key) {
+        KEYS.add(key);
+        return key;
+    }
+
+    public static final ConfigKey<Provider> PROVIDER = declare(ConfigKey.oneOf(PREFIX + "provider",
+            Provider.class, Provider.AUTO,
+            "Transport provider. `verbs` uses an RDMA NIC (iWARP, RoCE, InfiniBand) through DiSNI; `tcp` emulates "
+                    + "one-sided READs over TCP; `auto` picks verbs when libdisni loads and an RDMA device exists, "
+                    + "else tcp, and logs which it chose and why."));
+
+    public static final ConfigKey<Fallback> FALLBACK = declare(ConfigKey.oneOf(PREFIX + "fallback",
+            Fallback.class, Fallback.AUTO,
+            "When the RDMA transport cannot start: `auto` uses Spark's own sort shuffle and logs one WARN line "
+                    + "saying why; `never` fails the application with the reason; `always` never starts the "
+                    + "transport and always uses Spark's sort shuffle."));
+
+    public static final ConfigKey<Integer> PORT = declare(ConfigKey.integer(PREFIX + "port", 0, 0, 65535,
+            "Port each executor's node listens on; 0 picks a free port."));
+
+    public static final ConfigKey<Integer> PORT_MAX_RETRIES = declare(ConfigKey.integer(PREFIX + "port.maxRetries",
+            16, 0, 1000,
+            "With a fixed port: how many following ports to try when it is taken."));
+
+    public static final ConfigKey<Long> MAX_BYTES_IN_FLIGHT = declare(ConfigKey.bytes(PREFIX + "maxBytesInFlight",
+            "48m", 64L << 10, 1L << 40, false,
+            "Bytes a reduce task may have in outstanding READs at once. When unset, Spark's "
+                    + "`spark.reducer.maxSizeInFlight` applies."));
+
+    public static final ConfigKey<Integer> MAX_READS_IN_FLIGHT_PER_PEER = declare(ConfigKey.integer(
+            PREFIX + "maxReadsInFlightPerPeer", 64, 1, 4096,
+            "READs outstanding on one channel at once. The verbs provider lowers it to the device's "
+                    + "`max_qp_rd_atom`."));
+
+    public static final ConfigKey<Integer> SEND_QUEUE_DEPTH = declare(ConfigKey.integer(PREFIX + "sendQueueDepth",
+            4096, 16, 1 << 20,
+            "READs a channel accepts beyond those in flight before a post waits for room (bounded by "
+                    + "`spark.shuffle.rdma.requestTimeout`)."));
+
+    public static final ConfigKey<Long> READ_BLOCK_SIZE = declare(ConfigKey.bytes(PREFIX + "readBlockSize",
+            "1m", 4L << 10, 64L << 20, false,
+            "Largest single READ; a longer byte range is read as several READs of this size."));
+
+    public static final ConfigKey<Long> MAX_REGION_SIZE = declare(ConfigKey.bytes(PREFIX + "maxRegionSize",
+            "1g", 4L << 10, Integer.MAX_VALUE, false,
+            "Largest memory region one registration covers; a map output larger than this is registered "
+                    + "as several regions."));
+
+    public static final ConfigKey<Long> POOL_MIN_BUFFER_SIZE = declare(ConfigKey.bytes(
+            PREFIX + "pool.minBufferSize", "4k", 512, 1L << 30, true,
+            "Smallest size class of the registered buffer pool."));
+
+    public static final ConfigKey<Long> POOL_MAX_BUFFER_SIZE = declare(ConfigKey.bytes(
+            PREFIX + "pool.maxBufferSize", "8m", 512, 1L << 30, true,
+            "Largest size class of the registered buffer pool; larger requests get a registration of "
+                    + "their own, released on return."));
+
+    public static final ConfigKey<Long> POOL_CHUNK_SIZE = declare(ConfigKey.bytes(PREFIX + "pool.chunkSize",
+            "32m", 4L << 10, 1L << 30, true,
+            "Memory the pool allocates and registers at once; split into buffers of one size class. At "
+                    + "least `pool.maxBufferSize`."));
+
+    public static final ConfigKey<Long> POOL_MAX_REGISTERED_BYTES = declare(ConfigKey.bytes(
+            PREFIX + "pool.maxRegisteredBytes", "1g", 4L << 10, 1L << 40, false,
+            "Hard cap on memory the pool keeps registered. At the cap an acquire waits up to "
+                    + "`pool.acquireTimeout`, then fails."));
+
+    public static final ConfigKey<Long> POOL_ACQUIRE_TIMEOUT = declare(ConfigKey.millis(
+            PREFIX + "pool.acquireTimeout", "30s", 0, 3_600_000,
+            "How long an acquire waits for memory when the pool is at its cap."));
+
+    public static final ConfigKey<PreallocationSpec> POOL_PREALLOCATE = declare(ConfigKey.custom(
+            PREFIX + "pool.preallocate", "spec", "", "size:count pairs, comma separated (e.g. 64k:256,1m:32)",
+            "Buffers to register when the pool starts, so the first reads pay no registration.",
+            raw -> PreallocationSpec.parse(raw)));
+
+    public static final ConfigKey<Integer> POOL_THREAD_CACHE_BUFFERS = declare(ConfigKey.integer(
+            PREFIX + "pool.threadCacheBuffers", 16, 0, 1024,
+            "Released buffers each thread keeps per size class for its next acquire; 0 disables the caches."));
+
+    public static final ConfigKey<LeakDetection> POOL_LEAK_DETECTION = declare(ConfigKey.oneOf(
+            PREFIX + "pool.leakDetection", LeakDetection.class, LeakDetection.SAMPLED,
+            "Tracking of buffers dropped without release: `sampled` tracks one acquire in 128, `paranoid` "
+                    + "every acquire (with its stack; for tests), `disabled` none."));
+
+    public static final ConfigKey<Long> CONNECT_TIMEOUT = declare(ConfigKey.millis(PREFIX + "connectTimeout",
+            "10s", 1, 600_000,
+            "Time one connection attempt (TCP connect or RDMA address and route resolution, plus the "
+                    + "handshake) may take."));
+
+    public static final ConfigKey<Integer> CONNECT_RETRIES = declare(ConfigKey.integer(PREFIX + "connectRetries",
+            3, 0, 100,
+            "Further attempts after a failed connect, `connectRetryWait` apart. When unset, Spark's "
+                    + "`spark.shuffle.io.maxRetries` applies."));
+
+    public static final ConfigKey<Long> CONNECT_RETRY_WAIT = declare(ConfigKey.millis(
+            PREFIX + "connectRetryWait", "1s", 0, 600_000,
+            "Pause between connect attempts. When unset, Spark's `spark.shuffle.io.retryWait` applies."));
+
+    public static final ConfigKey<Long> REQUEST_TIMEOUT = declare(ConfigKey.millis(PREFIX + "requestTimeout",
+            "120s", 1, 86_400_000,
+            "Time a posted READ or control message may stay outstanding before the channel is failed and "
+                    + "every request on it completes with a timeout."));
+
+    public static final ConfigKey<Long> MAX_CONTROL_MESSAGE_SIZE = declare(ConfigKey.bytes(
+            PREFIX + "maxControlMessageSize", "16m", 1L << 10, 1L << 30, false,
+            "Largest two-sided control message (handshake, directory replies) a node accepts."));
+
+    private static final List<ConfigKey<?>> ALL = Collections.unmodifiableList(new ArrayList<>(KEYS));
+
+    /** Every declared key, in declaration order. */
+    public static List<ConfigKey<?>> keys() {
+        return ALL;
+    }
+
+    private final Map<ConfigKey<?>, Object> values;
+    private final Map<String, String> explicit;
+
+    /** Validates {@code settings} (other prefixes are ignored); throws {@link ConfigException} listing every problem. */
+    public RdmaShuffleConf(Map<String, String> settings) {
+        Map<String, ConfigKey<?>> byName = new HashMap<>();
+        for (ConfigKey<?> k : ALL) {
+            byName.put(k.name(), k);
+        }
+        List<String> problems = new ArrayList<>();
+        Map<String, String> given = new LinkedHashMap<>();
+        for (Map.Entry<String, String> e : settings.entrySet()) {
+            if (e.getKey().startsWith(PREFIX)) {
+                if (!byName.containsKey(e.getKey())) {
+                    problems.add(e.getKey() + ": unknown key (known keys are listed in docs/configuration.md)");
+                } else {
+                    given.put(e.getKey(), e.getValue());
+                }
+            }
+        }
+        Map<ConfigKey<?>, Object> parsed = new HashMap<>();
+        for (ConfigKey<?> k : ALL) {
+            String raw = given.getOrDefault(k.name(), k.defaultValue());
+            if (raw == null) {
+                problems.add(k.name() + "=null: a value is required; accepted: " + k.accepted());
+                continue;
+            }
+            try {
+                parsed.put(k, k.parse(raw));
+            } catch (IllegalArgumentException e) {
+                problems.add(k.name() + "='" + raw + "': " + e.getMessage() + "; accepted: " + k.accepted());
+            }
+        }
+        this.values = parsed;
+        this.explicit = Collections.unmodifiableMap(given);
+        if (problems.isEmpty()) {
+            crossCheck(problems);
+        }
+        if (!problems.isEmpty()) {
+            throw new ConfigException(problems);
+        }
+    }
+
+    /** All defaults. */
+    public static RdmaShuffleConf defaults() {
+        return new RdmaShuffleConf(Map.of());
+    }
+
+    private void crossCheck(List<String> problems) {
+        long min = get(POOL_MIN_BUFFER_SIZE);
+        long max = get(POOL_MAX_BUFFER_SIZE);
+        long chunk = get(POOL_CHUNK_SIZE);
+        long cap = get(POOL_MAX_REGISTERED_BYTES);
+        if (min > max) {
+            problems.add(POOL_MIN_BUFFER_SIZE.name() + "=" + ByteSizes.format(min) + " is larger than "
+                    + POOL_MAX_BUFFER_SIZE.name() + "=" + ByteSizes.format(max) + "; accepted: at most the largest");
+        }
+        if (chunk < max) {
+            problems.add(POOL_CHUNK_SIZE.name() + "=" + ByteSizes.format(chunk) + " is smaller than "
+                    + POOL_MAX_BUFFER_SIZE.name() + "=" + ByteSizes.format(max)
+                    + "; accepted: at least the largest buffer size");
+        }
+        if (cap < chunk) {
+            problems.add(POOL_MAX_REGISTERED_BYTES.name() + "=" + ByteSizes.format(cap) + " is smaller than "
+                    + POOL_CHUNK_SIZE.name() + "=" + ByteSizes.format(chunk) + "; accepted: at least one chunk");
+        }
+        PreallocationSpec spec = get(POOL_PREALLOCATE);
+        long needed = 0;
+        for (PreallocationSpec.Entry e : spec.entries()) {
+            if (e.sizeBytes() < min || e.sizeBytes() > max) {
+                problems.add(POOL_PREALLOCATE.name() + "='" + spec + "': size " + ByteSizes.format(e.sizeBytes())
+                        + " is not a size class; accepted: powers of two from " + ByteSizes.format(min) + " to "
+                        + ByteSizes.format(max));
+            } else {
+                long perChunk = chunk / e.sizeBytes();
+                needed += ((e.count() + perChunk - 1) / perChunk) * chunk;
+            }
+        }
+        if (needed > cap) {
+            problems.add(POOL_PREALLOCATE.name() + "='" + spec + "' needs " + ByteSizes.format(needed)
+                    + " of registered chunks; accepted: at most " + POOL_MAX_REGISTERED_BYTES.name() + "="
+                    + ByteSizes.format(cap));
+        }
+    }
+
+    /** The value of {@code key}: the one given, or its default. */
+    @SuppressWarnings("unchecked")
+    public <T> T get(ConfigKey<T> key) {
+        Object v = values.get(key);
+        if (v == null && !values.containsKey(key)) {
+            throw new IllegalArgumentException("not a declared key: " + key.name());
+        }
+        return (T) v;
+    }
+
+    /** Whether {@code key} was given explicitly (rather than defaulted). */
+    public boolean isSet(ConfigKey<?> key) {
+        return explicit.containsKey(key.name());
+    }
+
+    /** The explicitly given {@code spark.shuffle.rdma.*} settings, for handing on to another process. */
+    public Map<String, String> explicitSettings() {
+        return explicit;
+    }
+
+    /** This configuration with {@code overrides} applied on top; validated again. */
+    public RdmaShuffleConf with(Map<String, String> overrides) {
+        Map<String, String> merged = new HashMap<>(explicit);
+        merged.putAll(overrides);
+        return new RdmaShuffleConf(merged);
+    }
+
+    public Provider provider() {
+        return get(PROVIDER);
+    }
+
+    public Fallback fallback() {
+        return get(FALLBACK);
+    }
+
+    public int port() {
+        return get(PORT);
+    }
+
+    public int portMaxRetries() {
+        return get(PORT_MAX_RETRIES);
+    }
+
+    public long maxBytesInFlight() {
+        return get(MAX_BYTES_IN_FLIGHT);
+    }
+
+    public int maxReadsInFlightPerPeer() {
+        return get(MAX_READS_IN_FLIGHT_PER_PEER);
+    }
+
+    public int sendQueueDepth() {
+        return get(SEND_QUEUE_DEPTH);
+    }
+
+    public int readBlockSizeBytes() {
+        return Math.toIntExact(get(READ_BLOCK_SIZE));
+    }
+
+    public int maxRegionSizeBytes() {
+        return Math.toIntExact(get(MAX_REGION_SIZE));
+    }
+
+    public int poolMinBufferSizeBytes() {
+        return Math.toIntExact(get(POOL_MIN_BUFFER_SIZE));
+    }
+
+    public int poolMaxBufferSizeBytes() {
+        return Math.toIntExact(get(POOL_MAX_BUFFER_SIZE));
+    }
+
+    public int poolChunkSizeBytes() {
+        return Math.toIntExact(get(POOL_CHUNK_SIZE));
+    }
+
+    public long poolMaxRegisteredBytes() {
+        return get(POOL_MAX_REGISTERED_BYTES);
+    }
+
+    public long poolAcquireTimeoutMs() {
+        return get(POOL_ACQUIRE_TIMEOUT);
+    }
+
+    public PreallocationSpec poolPreallocate() {
+        return get(POOL_PREALLOCATE);
+    }
+
+    public int poolThreadCacheBuffers() {
+        return get(POOL_THREAD_CACHE_BUFFERS);
+    }
+
+    public LeakDetection poolLeakDetection() {
+        return get(POOL_LEAK_DETECTION);
+    }
+
+    public long connectTimeoutMs() {
+        return get(CONNECT_TIMEOUT);
+    }
+
+    public int connectRetries() {
+        return get(CONNECT_RETRIES);
+    }
+
+    public long connectRetryWaitMs() {
+        return get(CONNECT_RETRY_WAIT);
+    }
+
+    public long requestTimeoutMs() {
+        return get(REQUEST_TIMEOUT);
+    }
+
+    public int maxControlMessageSizeBytes() {
+        return Math.toIntExact(get(MAX_CONTROL_MESSAGE_SIZE));
+    }
+}

@@ -1,0 +1,112 @@
+package org.rdmashuffle.conf;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+
+class RdmaShuffleConfTest {
+
+    @Test
+    void shouldUseDeclaredDefaultsWhenNothingIsSet() {
+        RdmaShuffleConf c = RdmaShuffleConf.defaults();
+        assertEquals(RdmaShuffleConf.Provider.AUTO, c.provider());
+        assertEquals(48L << 20, c.maxBytesInFlight());
+        assertEquals(30_000, c.poolAcquireTimeoutMs());
+        assertEquals(4096, c.poolMinBufferSizeBytes());
+        assertTrue(c.poolPreallocate().entries().isEmpty());
+        assertFalse(c.isSet(RdmaShuffleConf.PROVIDER));
+    }
+
+    @Test
+    void shouldAcceptSparkSizeAndTimeFormsWhenSet() {
+        RdmaShuffleConf c = new RdmaShuffleConf(Map.of(
+                "spark.shuffle.rdma.maxBytesInFlight", "1g",
+                "spark.shuffle.rdma.readBlockSize", "512K",
+                "spark.shuffle.rdma.requestTimeout", "2min",
+                "spark.shuffle.rdma.connectTimeout", "500ms",
+                "spark.shuffle.rdma.provider", "TCP",
+                "spark.shuffle.rdma.pool.preallocate", "64k:256, 1m:32"));
+        assertEquals(1L << 30, c.maxBytesInFlight());
+        assertEquals(512 << 10, c.readBlockSizeBytes());
+        assertEquals(120_000, c.requestTimeoutMs());
+        assertEquals(500, c.connectTimeoutMs());
+        assertEquals(RdmaShuffleConf.Provider.TCP, c.provider());
+        assertEquals(List.of(new PreallocationSpec.Entry(64 << 10, 256), new PreallocationSpec.Entry(1 << 20, 32)),
+                c.poolPreallocate().entries());
+        assertTrue(c.isSet(RdmaShuffleConf.PROVIDER));
+    }
+
+    @Test
+    void shouldNameKeyValueAndAcceptedRangeWhenValueIsBad() {
+        ConfigException e = assertThrows(ConfigException.class, () -> new RdmaShuffleConf(Map.of(
+                "spark.shuffle.rdma.maxBytesInFlight", "lots")));
+        assertEquals(1, e.problems().size());
+        String p = e.problems().get(0);
+        assertTrue(p.contains("spark.shuffle.rdma.maxBytesInFlight"), p);
+        assertTrue(p.contains("'lots'"), p);
+        assertTrue(p.contains("accepted: a size from 64k to 1t"), p);
+    }
+
+    @Test
+    void shouldReportEveryBadKeyTogetherWhenSeveralAreBad() {
+        ConfigException e = assertThrows(ConfigException.class, () -> new RdmaShuffleConf(Map.of(
+                "spark.shuffle.rdma.provider", "infiniband",
+                "spark.shuffle.rdma.port", "70000",
+                "spark.shuffle.rdma.requestTimeout", "1.5s",
+                "spark.shuffle.rdma.pool.minBufferSize", "3k")));
+        assertEquals(4, e.problems().size(), e.getMessage());
+        assertTrue(e.getMessage().contains("spark.shuffle.rdma.provider='infiniband': not one of auto|verbs|tcp"),
+                e.getMessage());
+        assertTrue(e.getMessage().contains("spark.shuffle.rdma.port='70000': out of range; accepted: an integer "
+                + "from 0 to 65535"), e.getMessage());
+        assertTrue(e.getMessage().contains("spark.shuffle.rdma.pool.minBufferSize='3k': not a power of two"),
+                e.getMessage());
+        assertTrue(e.getMessage().contains("spark.shuffle.rdma.requestTimeout='1.5s'"), e.getMessage());
+    }
+
+    @Test
+    void shouldRejectUnknownKeyWhenItHasOurPrefix() {
+        ConfigException e = assertThrows(ConfigException.class, () -> new RdmaShuffleConf(Map.of(
+                "spark.shuffle.rdma.maxBytesInFlght", "1m", "spark.executor.memory", "1g")));
+        assertEquals(List.of("spark.shuffle.rdma.maxBytesInFlght: unknown key (known keys are listed in "
+                + "docs/configuration.md)"), e.problems());
+    }
+
+    @Test
+    void shouldRejectInconsistentPoolSizesWhenClassesExceedChunkOrCap() {
+        ConfigException e = assertThrows(ConfigException.class, () -> new RdmaShuffleConf(Map.of(
+                "spark.shuffle.rdma.pool.minBufferSize", "1m",
+                "spark.shuffle.rdma.pool.maxBufferSize", "512k",
+                "spark.shuffle.rdma.pool.chunkSize", "256k")));
+        assertEquals(2, e.problems().size(), e.getMessage());
+        ConfigException cap = assertThrows(ConfigException.class, () -> new RdmaShuffleConf(Map.of(
+                "spark.shuffle.rdma.pool.maxRegisteredBytes", "64m",
+                "spark.shuffle.rdma.pool.preallocate", "1m:100")));
+        assertTrue(cap.getMessage().contains("needs 128m of registered chunks"), cap.getMessage());
+        ConfigException cls = assertThrows(ConfigException.class, () -> new RdmaShuffleConf(Map.of(
+                "spark.shuffle.rdma.pool.preallocate", "16m:1")));
+        assertTrue(cls.getMessage().contains("size 16m is not a size class"), cls.getMessage());
+    }
+
+    @Test
+    void shouldRejectMalformedPreallocationSpecWhenEntryLacksCount() {
+        ConfigException e = assertThrows(ConfigException.class, () -> new RdmaShuffleConf(Map.of(
+                "spark.shuffle.rdma.pool.preallocate", "64k")));
+        assertTrue(e.getMessage().contains("entry '64k' is not size:count"), e.getMessage());
+    }
+
+    @Test
+    void shouldKeepExplicitSettingsWhenOverridden() {
+        RdmaShuffleConf c = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.port", "4000"))
+                .with(Map.of("spark.shuffle.rdma.provider", "tcp"));
+        assertEquals(4000, c.port());
+        assertEquals(RdmaShuffleConf.Provider.TCP, c.provider());
+        assertEquals(Map.of("spark.shuffle.rdma.port", "4000", "spark.shuffle.rdma.provider", "tcp"),
+                c.explicitSettings());
+    }
+}
