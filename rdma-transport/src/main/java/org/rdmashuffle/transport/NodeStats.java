@@ -1,0 +1,18 @@
+package org.rdmashuffle.transport;
+
+/**
+ * Counters of one node since it started.
+ *
+ * @param readsCompleted READs this node posted that completed successfully
+ * @param readsFailed READs this node posted that completed with an error
+ * @param bytesRead payload bytes that arrived for this node's READs
+ * @param readsServed READs this node served to peers
+ * @param readsRefused READs from peers answered with an error
+ * @param bytesServed payload bytes this node sent to peers
+ * @param registeredRegions regions registered now
+ * @param registeredBytes bytes those regions cover
+ * @param openChannels channels this node opened that are open now
+ */
+public record NodeStats(long readsCompleted, long readsFailed, long bytesRead, long readsServed, long readsRefused,
+                        long bytesServed, int registeredRegions, long registeredBytes, int openChannels) {
+}

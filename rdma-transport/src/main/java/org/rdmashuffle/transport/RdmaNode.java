@@ -1,0 +1,43 @@
+package org.rdmashuffle.transport;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.file.Path;
+import org.rdmashuffle.pool.Registrar;
+
+/**
+ * One endpoint of the transport: it listens for peers, connects to them (one cached channel per
+ * peer), and registers memory that peers may READ or that local READs land in.
+ *
+ * <p>Thread-safe. {@link #close()} closes channels, stops serving and deregisters every region, in
+ * reverse order of creation.
+ */
+public interface RdmaNode extends AutoCloseable {
+    /** Where peers reach this node. */
+    NodeAddress localAddress();
+
+    /**
+     * The open channel to {@code peer}, connecting first if there is none (with the configured
+     * timeout and retries).
+     *
+     * @throws TransportException when no connection could be made; the message names the peer and why
+     */
+    RdmaChannel connect(NodeAddress peer) throws TransportException;
+
+    /** Registers a direct buffer's memory (position 0 to capacity); the caller keeps the buffer alive. */
+    MemoryRegion register(ByteBuffer directBuffer, RegionAccess access) throws IOException;
+
+    /**
+     * Maps {@code length} bytes of {@code file} from {@code offset} read-only and registers them for
+     * remote READ. The region owns the mapping.
+     */
+    MemoryRegion registerFile(Path file, long offset, int length) throws IOException;
+
+    /** A registrar for a {@link org.rdmashuffle.pool.BufferPool} whose buffers receive READs. */
+    Registrar sinkRegistrar();
+
+    NodeStats stats();
+
+    @Override
+    void close();
+}

@@ -1,0 +1,578 @@
+package org.rdmashuffle.transport.tcp;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.SocketChannel;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
+import org.rdmashuffle.pool.Registration;
+import org.rdmashuffle.pool.RegisteredBuffer;
+import org.rdmashuffle.transport.MemoryRegion;
+import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.RdmaChannel;
+import org.rdmashuffle.transport.ReadBatch;
+import org.rdmashuffle.transport.ReadListener;
+import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.TransportException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The requesting side of one tcp connection. Posters put requests into a ring under a short lock;
+ * the node's requester thread sends them (at most {@code window} outstanding), reads each reply
+ * header, and reads the payload straight from the socket into the destination buffer. Replies come
+ * in request order. Completions run on the requester thread.
+ */
+final class TcpChannel implements RdmaChannel {
+    private static final Logger LOG = LoggerFactory.getLogger(TcpChannel.class);
+    private static final byte KIND_READ = 1;
+    private static final byte KIND_CONTROL = 2;
+    /** READs at least this long have their header read alone, so the payload lands directly in place. */
+    private static final int DIRECT_PAYLOAD_BYTES = 4096;
+    private static final int IO_BUFFER_BYTES = 64 << 10;
+    private static final int RX_HEADER = 0;
+    private static final int RX_PAYLOAD = 1;
+    private static final int RX_CONTROL = 2;
+
+    private final TcpNode node;
+    private final NodeAddress peer;
+    private final SocketChannel socket;
+    private final int window;
+    private final long timeoutNanos;
+    private final int maxControlBytes;
+
+    // The ring, indexed by sequence & mask.
+    private final int mask;
+    private final byte[] kind;
+    private final long[] remoteAddress;
+    private final int[] rkey;
+    private final int[] length;
+    private final ByteBuffer[] dst;
+    private final int[] dstOffset;
+    private final long[] requestId;
+    private final ReadListener[] listener;
+    private final ByteBuffer[] controlPayload;
+    private final Object[] controlFuture;
+    private final long[] postNanos;
+
+    private final ReentrantLock lock = new ReentrantLock();
+    private final Condition space = lock.newCondition();
+    private int spaceWaiters;
+    private volatile long head;
+    private volatile long tail;
+    private volatile boolean open = true;
+    private volatile boolean closeRequested;
+    volatile boolean wantsFlush;
+
+    // Requester thread only.
+    SelectionKey key;
+    private long sent;
+    private final ByteBuffer tx = ByteBuffer.allocateDirect(IO_BUFFER_BYTES);
+    private ByteBuffer txExtra;
+    private final ByteBuffer[] gather = new ByteBuffer[2];
+    private final ByteBuffer rx = ByteBuffer.allocateDirect(IO_BUFFER_BYTES).flip();
+    private int rxState = RX_HEADER;
+    private ByteBuffer curDst;
+    private ByteBuffer curControl;
+    private boolean failed;
+
+    TcpChannel(TcpNode node, NodeAddress peer, SocketChannel socket, int window, int queueDepth, long timeoutMs,
+               int maxControlBytes) {
+        this.node = node;
+        this.peer = peer;
+        this.socket = socket;
+        this.window = window;
+        this.timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+        this.maxControlBytes = maxControlBytes;
+        int cap = Integer.highestOneBit(Math.max(2, window + queueDepth) - 1) << 1;
+        this.mask = cap - 1;
+        kind = new byte[cap];
+        remoteAddress = new long[cap];
+        rkey = new int[cap];
+        length = new int[cap];
+        dst = new ByteBuffer[cap];
+        dstOffset = new int[cap];
+        requestId = new long[cap];
+        listener = new ReadListener[cap];
+        controlPayload = new ByteBuffer[cap];
+        controlFuture = new Object[cap];
+        postNanos = new long[cap];
+    }
+
+    @Override
+    public NodeAddress peer() {
+        return peer;
+    }
+
+    @Override
+    public boolean isOpen() {
+        return open;
+    }
+
+    SocketChannel socket() {
+        return socket;
+    }
+
+    private ByteBuffer sinkOf(ReadBatch b, int i) {
+        RegisteredBuffer rb = b.dstBuffer(i);
+        if (rb != null) {
+            Registration reg = rb.registration();
+            if (!(reg instanceof TcpRegion r) || r.node != node || !r.isOpen()) {
+                throw new IllegalArgumentException("READ destination is not registered with this node");
+            }
+            return rb.transportView();
+        }
+        MemoryRegion mr = b.dstRegion(i);
+        if (!(mr instanceof TcpRegion r) || r.node != node || !r.isOpen()) {
+            throw new IllegalArgumentException("READ destination is not a live region of this node");
+        }
+        return r.sinkView;
+    }
+
+    @Override
+    public void post(ReadBatch batch, ReadListener l) throws TransportException {
+        int n = batch.size();
+        if (n == 0) {
+            return;
+        }
+        if (!open) {
+            throw new TransportException("channel to " + peer + " is closed", ReadStatus.CHANNEL_CLOSED, null);
+        }
+        for (int i = 0; i < n; i++) {
+            sinkOf(batch, i);
+        }
+        int accepted = 0;
+        lock.lock();
+        try {
+            long now = System.nanoTime();
+            for (; accepted < n; accepted++) {
+                if (!awaitSpace()) {
+                    break;
+                }
+                long seq = tail;
+                int i = (int) seq & mask;
+                kind[i] = KIND_READ;
+                remoteAddress[i] = batch.remoteAddress(accepted);
+                rkey[i] = batch.rkey(accepted);
+                length[i] = batch.length(accepted);
+                dst[i] = sinkOf(batch, accepted);
+                dstOffset[i] = batch.dstOffset(accepted);
+                requestId[i] = batch.requestId(accepted);
+                listener[i] = l;
+                postNanos[i] = now;
+                tail = seq + 1;
+            }
+        } finally {
+            lock.unlock();
+        }
+        if (accepted == 0) {
+            throw new TransportException("channel to " + peer + " closed while posting", ReadStatus.CHANNEL_CLOSED,
+                    null);
+        }
+        for (int i = accepted; i < n; i++) {
+            // The channel failed while this post waited for room: these were never accepted.
+            notify(l, batch.requestId(i), ReadStatus.CHANNEL_CLOSED, 0);
+        }
+        wantsFlush = true;
+        node.requester().wakeup();
+    }
+
+    /** Waits for a free slot; false when the channel closed meanwhile. Called with the lock held. */
+    private boolean awaitSpace() {
+        while (open && tail - head > mask) {
+            spaceWaiters++;
+            try {
+                space.await(100, TimeUnit.MILLISECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return false;
+            } finally {
+                spaceWaiters--;
+            }
+        }
+        return open;
+    }
+
+    @Override
+    public CompletableFuture<ByteBuffer> call(ByteBuffer request) {
+        CompletableFuture<ByteBuffer> f = new CompletableFuture<>();
+        if (request.remaining() > maxControlBytes) {
+            f.completeExceptionally(new TransportException("control message of " + request.remaining()
+                    + " bytes exceeds spark.shuffle.rdma.maxControlMessageSize=" + maxControlBytes));
+            return f;
+        }
+        ByteBuffer copy = ByteBuffer.allocate(request.remaining());
+        copy.put(request.duplicate()).flip();
+        lock.lock();
+        try {
+            if (!awaitSpace()) {
+                f.completeExceptionally(new TransportException("channel to " + peer + " is closed",
+                        ReadStatus.CHANNEL_CLOSED, null));
+                return f;
+            }
+            long seq = tail;
+            int i = (int) seq & mask;
+            kind[i] = KIND_CONTROL;
+            controlPayload[i] = copy;
+            controlFuture[i] = f;
+            postNanos[i] = System.nanoTime();
+            tail = seq + 1;
+        } finally {
+            lock.unlock();
+        }
+        wantsFlush = true;
+        node.requester().wakeup();
+        return f;
+    }
+
+    @Override
+    public void close() {
+        if (!open) {
+            return;
+        }
+        closeRequested = true;
+        node.requester().wakeup();
+    }
+
+    boolean closeRequested() {
+        return closeRequested;
+    }
+
+    // ---- requester thread ----
+
+    /** Sends queued requests while the window allows. */
+    void flushWrites() throws IOException {
+        while (open) {
+            if (tx.position() > 0 || txExtra != null) {
+                tx.flip();
+                if (txExtra == null) {
+                    socket.write(tx);
+                } else {
+                    gather[0] = tx;
+                    gather[1] = txExtra;
+                    socket.write(gather);
+                }
+                boolean done = !tx.hasRemaining() && (txExtra == null || !txExtra.hasRemaining());
+                tx.compact();
+                if (!done) {
+                    key.interestOps(SelectionKey.OP_READ | SelectionKey.OP_WRITE);
+                    return;
+                }
+                txExtra = null;
+                gather[1] = null;
+            }
+            if (!encode()) {
+                key.interestOps(SelectionKey.OP_READ);
+                return;
+            }
+        }
+    }
+
+    private boolean encode() {
+        boolean any = false;
+        lock.lock();
+        try {
+            long t = tail;
+            while (sent < t && sent - head < window && tx.remaining() >= Wire.REQUEST_HEADER_BYTES
+                    && txExtra == null) {
+                int i = (int) sent & mask;
+                if (kind[i] == KIND_READ) {
+                    tx.put(Wire.OP_READ).put((byte) 0).putShort((short) 0).putInt((int) sent).putInt(length[i])
+                            .putInt(rkey[i]).putLong(remoteAddress[i]);
+                } else {
+                    ByteBuffer p = controlPayload[i];
+                    tx.put(Wire.OP_CONTROL).put((byte) 0).putShort((short) 0).putInt((int) sent)
+                            .putInt(p.remaining()).putInt(0).putLong(0);
+                    if (p.remaining() <= tx.remaining()) {
+                        tx.put(p.duplicate());
+                    } else {
+                        txExtra = p.duplicate();
+                    }
+                    controlPayload[i] = null;
+                }
+                sent++;
+                any = true;
+            }
+        } finally {
+            lock.unlock();
+        }
+        return any;
+    }
+
+    /** Reads and completes every reply the socket has. */
+    void onReadable() throws IOException {
+        boolean completed = false;
+        for (;;) {
+            if (rxState == RX_HEADER) {
+                if (rx.remaining() < Wire.REPLY_HEADER_BYTES) {
+                    if (!fillRx()) {
+                        break;
+                    }
+                    continue;
+                }
+                completed |= onHeader();
+            } else if (rxState == RX_PAYLOAD) {
+                int r = socket.read(curDst);
+                if (r < 0) {
+                    throw new EOFException("peer closed the connection mid-reply");
+                }
+                if (curDst.hasRemaining()) {
+                    if (r == 0) {
+                        break;
+                    }
+                    continue;
+                }
+                rxState = RX_HEADER;
+                curDst = null;
+                int i = (int) head & mask;
+                completeRead(ReadStatus.SUCCESS, length[i]);
+                completed = true;
+            } else {
+                int r = socket.read(curControl);
+                if (r < 0) {
+                    throw new EOFException("peer closed the connection mid-reply");
+                }
+                if (curControl.hasRemaining()) {
+                    if (r == 0) {
+                        break;
+                    }
+                    continue;
+                }
+                rxState = RX_HEADER;
+                completeControl(ReadStatus.SUCCESS, curControl.flip());
+                curControl = null;
+                completed = true;
+            }
+        }
+        if (completed && open) {
+            flushWrites();
+        }
+    }
+
+    private boolean fillRx() throws IOException {
+        rx.compact();
+        long h = head;
+        int i = (int) h & mask;
+        if (h < sent && kind[i] == KIND_READ && length[i] >= DIRECT_PAYLOAD_BYTES) {
+            rx.limit(Wire.REPLY_HEADER_BYTES);
+        }
+        int r = socket.read(rx);
+        rx.flip();
+        if (r < 0) {
+            throw new EOFException("peer closed the connection");
+        }
+        return r > 0;
+    }
+
+    /** Handles one reply header; true when it completed a request. */
+    private boolean onHeader() throws IOException {
+        byte op = rx.get();
+        int status = rx.get() & 0xFF;
+        rx.getShort();
+        int id = rx.getInt();
+        int len = rx.getInt();
+        if (op == Wire.OP_ERROR) {
+            fail(status == 0 ? ReadStatus.PROTOCOL_ERROR : status, "peer rejected a request as "
+                    + ReadStatus.describe(status));
+            return false;
+        }
+        long h = head;
+        if (h >= sent) {
+            throw new ProtocolException("reply with no request outstanding");
+        }
+        int i = (int) h & mask;
+        if (id != (int) h) {
+            throw new ProtocolException("reply for request " + id + " while " + (int) h + " is due");
+        }
+        if (kind[i] == KIND_READ) {
+            if (op != Wire.OP_READ_REPLY) {
+                throw new ProtocolException("opcode " + op + " in reply to a READ");
+            }
+            if (status != ReadStatus.SUCCESS) {
+                if (len != 0) {
+                    throw new ProtocolException("error reply with a payload");
+                }
+                completeRead(status, 0);
+                return true;
+            }
+            if (len != length[i]) {
+                throw new ProtocolException("READ reply of " + len + " bytes for a READ of " + length[i]);
+            }
+            ByteBuffer d = dst[i];
+            int off = dstOffset[i];
+            d.clear().position(off).limit(off + len);
+            int n = Math.min(rx.remaining(), len);
+            if (n > 0) {
+                int lim = rx.limit();
+                rx.limit(rx.position() + n);
+                d.put(rx);
+                rx.limit(lim);
+            }
+            if (d.hasRemaining()) {
+                curDst = d;
+                rxState = RX_PAYLOAD;
+                return false;
+            }
+            completeRead(ReadStatus.SUCCESS, len);
+            return true;
+        }
+        if (op != Wire.OP_CONTROL_REPLY) {
+            throw new ProtocolException("opcode " + op + " in reply to a control message");
+        }
+        if (status != ReadStatus.SUCCESS) {
+            completeControl(status, null);
+            return true;
+        }
+        if (len < 0 || len > maxControlBytes) {
+            throw new ProtocolException("control reply of " + len + " bytes");
+        }
+        ByteBuffer c = ByteBuffer.allocate(len);
+        int n = Math.min(rx.remaining(), len);
+        int lim = rx.limit();
+        rx.limit(rx.position() + n);
+        c.put(rx);
+        rx.limit(lim);
+        if (c.hasRemaining()) {
+            curControl = c;
+            rxState = RX_CONTROL;
+            return false;
+        }
+        completeControl(ReadStatus.SUCCESS, c.flip());
+        return true;
+    }
+
+    private void completeRead(int status, int len) {
+        int i = (int) head & mask;
+        ReadListener l = listener[i];
+        long id = requestId[i];
+        listener[i] = null;
+        dst[i] = null;
+        advanceHead();
+        node.countRead(status, len);
+        notify(l, id, status, len);
+    }
+
+    @SuppressWarnings("unchecked")
+    private void completeControl(int status, ByteBuffer reply) {
+        int i = (int) head & mask;
+        CompletableFuture<ByteBuffer> f = (CompletableFuture<ByteBuffer>) controlFuture[i];
+        controlFuture[i] = null;
+        advanceHead();
+        if (status == ReadStatus.SUCCESS) {
+            f.complete(reply);
+        } else {
+            f.completeExceptionally(new TransportException("control message to " + peer + " failed: "
+                    + ReadStatus.describe(status), status, null));
+        }
+    }
+
+    private void advanceHead() {
+        lock.lock();
+        try {
+            head = head + 1;
+            if (spaceWaiters > 0) {
+                space.signalAll();
+            }
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private static void notify(ReadListener l, long id, int status, int len) {
+        try {
+            l.onReadComplete(id, status, len);
+        } catch (RuntimeException e) {
+            LOG.error("READ listener threw; the completion is not retried", e);
+        }
+    }
+
+    /** Fails the channel if its oldest request has waited longer than the request timeout. */
+    void checkTimeout(long now) {
+        long h = head;
+        if (h < tail && now - postNanos[(int) h & mask] > timeoutNanos) {
+            fail(ReadStatus.TIMEOUT, "no reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
+                    + " ms (spark.shuffle.rdma.requestTimeout)");
+        }
+    }
+
+    /**
+     * Closes the connection and completes every outstanding request with {@code status}. Runs on the
+     * requester thread, or on the closing thread once the requester has stopped.
+     */
+    @SuppressWarnings("unchecked")
+    void fail(int status, String reason) {
+        if (failed) {
+            return;
+        }
+        failed = true;
+        open = false;
+        if (status != ReadStatus.CHANNEL_CLOSED) {
+            LOG.warn("channel to {} failed: {}", peer, reason);
+        }
+        if (key != null) {
+            key.cancel();
+        }
+        try {
+            socket.close();
+        } catch (IOException e) {
+            LOG.debug("closing socket to {}", peer, e);
+        }
+        int count;
+        ReadListener[] ls;
+        long[] ids;
+        Object[] fs;
+        lock.lock();
+        try {
+            long h = head;
+            long t = tail;
+            count = (int) (t - h);
+            ls = new ReadListener[count];
+            ids = new long[count];
+            fs = new Object[count];
+            for (int k = 0; k < count; k++) {
+                int i = (int) (h + k) & mask;
+                ls[k] = listener[i];
+                ids[k] = requestId[i];
+                fs[k] = controlFuture[i];
+                listener[i] = null;
+                dst[i] = null;
+                controlFuture[i] = null;
+                controlPayload[i] = null;
+            }
+            head = t;
+            sent = t;
+            space.signalAll();
+        } finally {
+            lock.unlock();
+        }
+        for (int k = 0; k < count; k++) {
+            if (ls[k] != null) {
+                node.countRead(status, 0);
+                notify(ls[k], ids[k], status, 0);
+            } else if (fs[k] != null) {
+                ((CompletableFuture<ByteBuffer>) fs[k]).completeExceptionally(new TransportException(
+                        "control message to " + peer + " failed: " + ReadStatus.describe(status) + " (" + reason + ")",
+                        status, null));
+            }
+        }
+        node.channelClosed(this);
+    }
+
+    @Override
+    public String toString() {
+        return "TcpChannel[" + peer + (open ? "" : ", closed") + "]";
+    }
+
+    /** The peer's reply broke the protocol. */
+    static final class ProtocolException extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        ProtocolException(String message) {
+            super(message);
+        }
+    }
+}

@@ -1,0 +1,430 @@
+package org.rdmashuffle.transport.tcp;
+
+import java.io.IOException;
+import java.net.BindException;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.Selector;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicLong;
+import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.pool.Registrar;
+import org.rdmashuffle.transport.MemoryRegion;
+import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.NodeOptions;
+import org.rdmashuffle.transport.NodeStats;
+import org.rdmashuffle.transport.RdmaChannel;
+import org.rdmashuffle.transport.RdmaNode;
+import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.RegionAccess;
+import org.rdmashuffle.transport.TransportException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A node of the tcp provider: one-sided READ emulated over TCP. It owns a listening socket and its
+ * responder thread (serving peers from the registration table), a requester thread (driving the
+ * channels it opened), and the table. rkeys are random, never shared by two live regions, and fail
+ * once their region is deregistered. Addresses are virtual: each region gets its own base.
+ */
+public final class TcpNode implements RdmaNode {
+    private static final Logger LOG = LoggerFactory.getLogger(TcpNode.class);
+    public static final String PROVIDER = "tcp";
+
+    private final RdmaShuffleConf conf;
+    private final NodeOptions options;
+    private final ServerSocketChannel server;
+    private final NodeAddress address;
+    private final RegionTable table = new RegionTable();
+    private final TcpResponder responder;
+    private final TcpRequester requester;
+    private final Thread responderThread;
+    private final Thread requesterThread;
+    private final ConcurrentHashMap<NodeAddress, TcpChannel> channels = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<NodeAddress, CompletableFuture<TcpChannel>> connecting = new ConcurrentHashMap<>();
+    private final AtomicLong nextBase = new AtomicLong(1);
+    private final AtomicLong registeredBytes = new AtomicLong();
+    private volatile boolean closed;
+
+    // Written by the requester thread only.
+    private volatile long readsCompleted;
+    private volatile long readsFailed;
+    private volatile long bytesRead;
+
+    public TcpNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
+        this.conf = conf;
+        this.options = options;
+        this.server = bind(options.bindHost(), conf.port(), conf.portMaxRetries());
+        int port = ((InetSocketAddress) server.getLocalAddress()).getPort();
+        this.address = new NodeAddress(options.advertisedHost(), port, PROVIDER);
+        try {
+            this.responder = new TcpResponder(this, server, table, options.controlHandler(), options.secret(),
+                    conf.maxControlMessageSizeBytes(), conf.connectTimeoutMs());
+            this.requester = new TcpRequester();
+        } catch (IOException | RuntimeException e) {
+            server.close();
+            throw e;
+        }
+        this.responderThread = new Thread(responder, "rdma-tcp-responder-" + port);
+        this.responderThread.setDaemon(true);
+        this.requesterThread = new Thread(requester, "rdma-tcp-requester-" + port);
+        this.requesterThread.setDaemon(true);
+        responderThread.start();
+        requesterThread.start();
+        LOG.info("tcp node listening on {}", address);
+    }
+
+    private static ServerSocketChannel bind(String host, int port, int retries) throws IOException {
+        int attempts = port == 0 ? 1 : retries + 1;
+        BindException last = null;
+        for (int a = 0; a < attempts && port + a <= 65535; a++) {
+            ServerSocketChannel s = ServerSocketChannel.open();
+            try {
+                s.socket().setReuseAddress(true);
+                s.bind(new InetSocketAddress(host, port == 0 ? 0 : port + a), 256);
+                return s;
+            } catch (BindException e) {
+                s.close();
+                last = e;
+            } catch (IOException | RuntimeException e) {
+                s.close();
+                throw new TransportException("cannot listen on " + host + ":" + port + ": " + e.getMessage(), e);
+            }
+        }
+        throw new TransportException("cannot listen on " + host + " ports " + port + ".." + (port + attempts - 1)
+                + " (all taken; see spark.shuffle.rdma.port and spark.shuffle.rdma.port.maxRetries)", last);
+    }
+
+    @Override
+    public NodeAddress localAddress() {
+        return address;
+    }
+
+    TcpRequester requester() {
+        return requester;
+    }
+
+    @Override
+    public RdmaChannel connect(NodeAddress peer) throws TransportException {
+        if (!PROVIDER.equals(peer.provider())) {
+            throw new TransportException("cannot reach " + peer + " from a tcp node: providers differ");
+        }
+        long waitMs = (conf.connectTimeoutMs() + conf.connectRetryWaitMs()) * (conf.connectRetries() + 1) + 1000;
+        for (;;) {
+            ensureOpen();
+            TcpChannel c = channels.get(peer);
+            if (c != null && c.isOpen()) {
+                return c;
+            }
+            CompletableFuture<TcpChannel> mine = new CompletableFuture<>();
+            CompletableFuture<TcpChannel> other = connecting.putIfAbsent(peer, mine);
+            if (other != null) {
+                try {
+                    other.get(waitMs, TimeUnit.MILLISECONDS);
+                } catch (ExecutionException e) {
+                    if (e.getCause() instanceof TransportException te) {
+                        throw te;
+                    }
+                    throw new TransportException("connecting to " + peer + " failed", e.getCause());
+                } catch (TimeoutException e) {
+                    throw new TransportException("timed out waiting for another thread's connect to " + peer, e);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new TransportException("interrupted while connecting to " + peer, e);
+                }
+                continue;
+            }
+            try {
+                TcpChannel fresh = connectWithRetries(peer);
+                channels.put(peer, fresh);
+                mine.complete(fresh);
+                if (closed) {
+                    fresh.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
+                    ensureOpen();
+                }
+                return fresh;
+            } catch (TransportException | RuntimeException e) {
+                mine.completeExceptionally(e);
+                throw e;
+            } finally {
+                connecting.remove(peer, mine);
+            }
+        }
+    }
+
+    private TcpChannel connectWithRetries(NodeAddress peer) throws TransportException {
+        int attempts = conf.connectRetries() + 1;
+        IOException last = null;
+        for (int a = 1; a <= attempts; a++) {
+            ensureOpen();
+            try {
+                return openChannel(peer);
+            } catch (HandshakeRefused e) {
+                throw new TransportException("connection to " + peer + " refused at handshake: " + e.getMessage(), e);
+            } catch (IOException e) {
+                last = e;
+                LOG.debug("connect attempt {}/{} to {} failed: {}", a, attempts, peer, e.toString());
+                if (a < attempts) {
+                    try {
+                        Thread.sleep(conf.connectRetryWaitMs());
+                    } catch (InterruptedException ie) {
+                        Thread.currentThread().interrupt();
+                        throw new TransportException("interrupted while connecting to " + peer, ie);
+                    }
+                }
+            }
+        }
+        throw new TransportException("cannot connect to " + peer + " after " + attempts + " attempt(s) of "
+                + conf.connectTimeoutMs() + " ms: " + (last == null ? "?" : last.getMessage()), ReadStatus.CONNECTION_LOST,
+                last);
+    }
+
+    private TcpChannel openChannel(NodeAddress peer) throws IOException {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(conf.connectTimeoutMs());
+        SocketChannel sc = SocketChannel.open();
+        try (Selector sel = Selector.open()) {
+            sc.configureBlocking(false);
+            sc.socket().setTcpNoDelay(true);
+            InetSocketAddress target = peer.socketAddress();
+            if (target.isUnresolved()) {
+                throw new IOException("cannot resolve host " + peer.host());
+            }
+            if (!sc.connect(target)) {
+                SelectionKey k = sc.register(sel, SelectionKey.OP_CONNECT);
+                while (!sc.finishConnect()) {
+                    waitFor(sel, deadline, "connect");
+                }
+                k.cancel();
+                sel.selectNow();
+            }
+            byte[] secret = options.secret();
+            byte[] clientNonce = Handshake.nonce();
+            ByteBuffer hello = ByteBuffer.allocate(Wire.HELLO_BYTES);
+            hello.putInt(Wire.MAGIC).putShort(Wire.VERSION).putShort((short) (secret != null ? Wire.FLAG_AUTH : 0))
+                    .put(clientNonce).flip();
+            exchange(sc, sel, hello, deadline);
+            ByteBuffer challenge = ByteBuffer.allocate(Wire.CHALLENGE_BYTES);
+            receive(sc, sel, challenge, deadline);
+            if (challenge.getInt() != Wire.MAGIC) {
+                throw new IOException("peer is not an rdma-shuffle tcp node");
+            }
+            challenge.getShort();
+            int status = challenge.getShort();
+            if (status != Wire.HS_OK) {
+                throw new HandshakeRefused(Wire.handshakeStatus(status));
+            }
+            byte[] serverNonce = new byte[Wire.NONCE_BYTES];
+            challenge.get(serverNonce);
+            ByteBuffer auth = ByteBuffer.wrap(Handshake.proof(secret, 'c', serverNonce, clientNonce));
+            exchange(sc, sel, auth, deadline);
+            ByteBuffer welcome = ByteBuffer.allocate(Wire.WELCOME_BYTES);
+            receive(sc, sel, welcome, deadline);
+            status = welcome.getInt();
+            if (status != Wire.HS_OK) {
+                throw new HandshakeRefused(Wire.handshakeStatus(status));
+            }
+            if (secret != null && !Handshake.verify(Handshake.proof(secret, 's', clientNonce, serverNonce), welcome)) {
+                throw new HandshakeRefused("the peer could not prove it holds the shared secret");
+            }
+            for (SelectionKey k : sel.keys()) {
+                k.cancel();
+            }
+            sel.selectNow();
+        } catch (IOException | RuntimeException e) {
+            sc.close();
+            throw e;
+        }
+        TcpChannel c = new TcpChannel(this, peer, sc, conf.maxReadsInFlightPerPeer(), conf.sendQueueDepth(),
+                conf.requestTimeoutMs(), conf.maxControlMessageSizeBytes());
+        try {
+            requester.add(c);
+        } catch (IOException | RuntimeException e) {
+            sc.close();
+            throw e;
+        }
+        return c;
+    }
+
+    private static void waitFor(Selector sel, long deadline, String what) throws IOException {
+        long leftMs = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+        if (leftMs <= 0) {
+            throw new IOException(what + " timed out (spark.shuffle.rdma.connectTimeout)");
+        }
+        sel.select(leftMs);
+        sel.selectedKeys().clear();
+    }
+
+    private static void exchange(SocketChannel sc, Selector sel, ByteBuffer b, long deadline) throws IOException {
+        SelectionKey k = sc.keyFor(sel);
+        k = k == null ? sc.register(sel, SelectionKey.OP_WRITE) : k;
+        k.interestOps(SelectionKey.OP_WRITE);
+        while (b.hasRemaining()) {
+            if (sc.write(b) == 0) {
+                waitFor(sel, deadline, "handshake");
+            }
+        }
+    }
+
+    private static void receive(SocketChannel sc, Selector sel, ByteBuffer b, long deadline) throws IOException {
+        SelectionKey k = sc.keyFor(sel);
+        k = k == null ? sc.register(sel, SelectionKey.OP_READ) : k;
+        k.interestOps(SelectionKey.OP_READ);
+        while (b.hasRemaining()) {
+            int n = sc.read(b);
+            if (n < 0) {
+                throw new IOException("peer closed the connection during the handshake");
+            }
+            if (n == 0) {
+                waitFor(sel, deadline, "handshake");
+            }
+        }
+        b.flip();
+    }
+
+    @Override
+    public MemoryRegion register(ByteBuffer directBuffer, RegionAccess access) throws IOException {
+        if (!directBuffer.isDirect()) {
+            throw new IllegalArgumentException("only direct buffers can be registered");
+        }
+        return add(directBuffer.duplicate().clear(), access, false);
+    }
+
+    @Override
+    public MemoryRegion registerFile(Path file, long offset, int length) throws IOException {
+        if (offset < 0 || length <= 0) {
+            throw new IllegalArgumentException("bad file range: offset " + offset + ", length " + length);
+        }
+        MappedByteBuffer mapped;
+        try (FileChannel fc = FileChannel.open(file, StandardOpenOption.READ)) {
+            long size = fc.size();
+            if (offset + length > size) {
+                throw new IllegalArgumentException("range " + offset + "+" + length + " is beyond the end of "
+                        + file + " (" + size + " bytes)");
+            }
+            mapped = fc.map(FileChannel.MapMode.READ_ONLY, offset, length);
+        }
+        try {
+            return add(mapped, RegionAccess.REMOTE_READ, true);
+        } catch (IOException | RuntimeException e) {
+            Mappings.unmap(mapped);
+            throw e;
+        }
+    }
+
+    private synchronized TcpRegion add(ByteBuffer memory, RegionAccess access, boolean ownsMapping)
+            throws TransportException {
+        ensureOpen();
+        int rkey;
+        do {
+            rkey = ThreadLocalRandom.current().nextInt();
+        } while (rkey == 0 || table.contains(rkey));
+        long base = nextBase.getAndIncrement() << 32;
+        TcpRegion r = new TcpRegion(this, rkey, base, memory, access, ownsMapping);
+        table.put(r);
+        registeredBytes.addAndGet(r.length);
+        return r;
+    }
+
+    void deregistered(TcpRegion r) {
+        table.remove(r.rkey);
+        registeredBytes.addAndGet(-r.length);
+    }
+
+    @Override
+    public Registrar sinkRegistrar() {
+        return memory -> register(memory, RegionAccess.READ_SINK);
+    }
+
+    void countRead(int status, int len) {
+        if (status == ReadStatus.SUCCESS) {
+            readsCompleted++;
+            bytesRead += len;
+        } else {
+            readsFailed++;
+        }
+    }
+
+    void channelClosed(TcpChannel c) {
+        channels.remove(c.peer(), c);
+        requester.remove(c);
+    }
+
+    @Override
+    public NodeStats stats() {
+        int open = 0;
+        for (TcpChannel c : requester.channels()) {
+            if (c.isOpen()) {
+                open++;
+            }
+        }
+        return new NodeStats(readsCompleted, readsFailed, bytesRead, responder.readsServed, responder.readsRefused,
+                responder.bytesServed, table.size(), registeredBytes.get(), open);
+    }
+
+    /** Connections peers have open to this node (for tests). */
+    int servedConnections() {
+        return responder.connectionCount();
+    }
+
+    private void ensureOpen() throws TransportException {
+        if (closed) {
+            throw new TransportException("node " + address + " is closed", ReadStatus.CHANNEL_CLOSED, null);
+        }
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        requester.stop();
+        join(requesterThread);
+        for (TcpChannel c : requester.channels()) {
+            c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
+        }
+        responder.stop();
+        join(responderThread);
+        try {
+            server.close();
+        } catch (IOException e) {
+            LOG.debug("closing server socket", e);
+        }
+        for (TcpRegion r : table.all()) {
+            r.close();
+        }
+        LOG.info("tcp node {} closed", address);
+    }
+
+    private static void join(Thread t) {
+        try {
+            t.join(10_000);
+            if (t.isAlive()) {
+                LOG.warn("{} did not stop within 10 s", t.getName());
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /** The peer answered the handshake with a refusal: retrying will not help. */
+    private static final class HandshakeRefused extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        HandshakeRefused(String message) {
+            super(message);
+        }
+    }
+}

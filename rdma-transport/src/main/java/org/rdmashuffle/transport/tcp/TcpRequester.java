@@ -1,0 +1,113 @@
+package org.rdmashuffle.transport.tcp;
+
+import java.io.IOException;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.Selector;
+import java.util.Iterator;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import org.rdmashuffle.transport.ReadStatus;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The node's completion thread: drives every channel the node opened (sends queued requests, reads
+ * replies into destinations, runs completions, enforces request timeouts).
+ */
+final class TcpRequester implements Runnable {
+    private static final Logger LOG = LoggerFactory.getLogger(TcpRequester.class);
+    private static final long TIMEOUT_CHECK_NANOS = 50_000_000L;
+
+    private final Selector selector;
+    private final List<TcpChannel> channels = new CopyOnWriteArrayList<>();
+    private volatile boolean running = true;
+
+    TcpRequester() throws IOException {
+        this.selector = Selector.open();
+    }
+
+    void add(TcpChannel c) throws IOException {
+        c.socket().configureBlocking(false);
+        channels.add(c);
+        c.key = c.socket().register(selector, SelectionKey.OP_READ, c);
+        selector.wakeup();
+    }
+
+    void remove(TcpChannel c) {
+        channels.remove(c);
+    }
+
+    List<TcpChannel> channels() {
+        return channels;
+    }
+
+    void wakeup() {
+        selector.wakeup();
+    }
+
+    void stop() {
+        running = false;
+        selector.wakeup();
+    }
+
+    @Override
+    public void run() {
+        long lastCheck = System.nanoTime();
+        try {
+            while (running) {
+                selector.select(50);
+                Iterator<SelectionKey> it = selector.selectedKeys().iterator();
+                while (it.hasNext()) {
+                    SelectionKey k = it.next();
+                    it.remove();
+                    TcpChannel c = (TcpChannel) k.attachment();
+                    if (!k.isValid()) {
+                        continue;
+                    }
+                    try {
+                        if (k.isReadable()) {
+                            c.onReadable();
+                        }
+                        if (k.isValid() && k.isWritable()) {
+                            c.flushWrites();
+                        }
+                    } catch (TcpChannel.ProtocolException e) {
+                        c.fail(ReadStatus.PROTOCOL_ERROR, e.getMessage());
+                    } catch (IOException | RuntimeException e) {
+                        c.fail(ReadStatus.CONNECTION_LOST, e.toString());
+                    }
+                }
+                for (TcpChannel c : channels) {
+                    if (c.closeRequested()) {
+                        c.fail(ReadStatus.CHANNEL_CLOSED, "closed locally");
+                    } else if (c.wantsFlush) {
+                        c.wantsFlush = false;
+                        try {
+                            c.flushWrites();
+                        } catch (IOException | RuntimeException e) {
+                            c.fail(ReadStatus.CONNECTION_LOST, e.toString());
+                        }
+                    }
+                }
+                long now = System.nanoTime();
+                if (now - lastCheck > TIMEOUT_CHECK_NANOS) {
+                    lastCheck = now;
+                    for (TcpChannel c : channels) {
+                        c.checkTimeout(now);
+                    }
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            LOG.error("tcp requester thread stopped by an error", e);
+        } finally {
+            for (TcpChannel c : channels) {
+                c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
+            }
+            try {
+                selector.close();
+            } catch (IOException e) {
+                LOG.debug("closing selector", e);
+            }
+        }
+    }
+}
