@@ -121,7 +121,10 @@ final class TcpResponder implements Runnable {
         long now = System.nanoTime();
         for (int i = connections.size() - 1; i >= 0; i--) {
             Connection c = connections.get(i);
-            if (c.state != State.SERVING && c.state != State.CONTROL_BODY && now - c.acceptedNanos > handshakeTimeoutNanos) {
+            if (c.state == State.DRAINING && now - c.drainSinceNanos > handshakeTimeoutNanos) {
+                c.close();
+            } else if ((c.state == State.AWAIT_HELLO || c.state == State.AWAIT_AUTH)
+                    && now - c.acceptedNanos > handshakeTimeoutNanos) {
                 LOG.debug("closing connection from {}: no handshake within the connect timeout", c.remote);
                 c.close();
             }
@@ -132,7 +135,12 @@ final class TcpResponder implements Runnable {
         return connections.size();
     }
 
-    private enum State { AWAIT_HELLO, AWAIT_AUTH, SERVING, CONTROL_BODY, CLOSED }
+    /**
+     * Connection states: AWAIT_HELLO → AWAIT_AUTH → SERVING ⇄ CONTROL_BODY; any → DRAINING (after an
+     * error reply: output shut down, input discarded until the peer closes, so the reply is not lost to
+     * a reset) → CLOSED.
+     */
+    private enum State { AWAIT_HELLO, AWAIT_AUTH, SERVING, CONTROL_BODY, DRAINING, CLOSED }
 
     /** One accepted connection; touched by the responder thread only. */
     private final class Connection {
@@ -151,6 +159,7 @@ final class TcpResponder implements Runnable {
         byte[] clientNonce;
         byte[] serverNonce;
         boolean closeAfterFlush;
+        long drainSinceNanos;
 
         Connection(SocketChannel ch) {
             this.ch = ch;
@@ -164,13 +173,21 @@ final class TcpResponder implements Runnable {
         }
 
         void service() throws IOException {
+            if (state == State.DRAINING) {
+                drain();
+                return;
+            }
             for (;;) {
                 if (!flush()) {
                     key.interestOps(SelectionKey.OP_WRITE);
                     return;
                 }
                 if (closeAfterFlush) {
-                    close();
+                    state = State.DRAINING;
+                    drainSinceNanos = System.nanoTime();
+                    ch.shutdownOutput();
+                    key.interestOps(SelectionKey.OP_READ);
+                    drain();
                     return;
                 }
                 if (parse()) {
@@ -183,6 +200,21 @@ final class TcpResponder implements Runnable {
                 }
                 if (n == 0) {
                     key.interestOps(SelectionKey.OP_READ);
+                    return;
+                }
+            }
+        }
+
+        /** Discards input until the peer closes its side. */
+        private void drain() throws IOException {
+            for (;;) {
+                in.clear();
+                int n = ch.read(in);
+                if (n < 0) {
+                    close();
+                    return;
+                }
+                if (n == 0) {
                     return;
                 }
             }
@@ -227,7 +259,7 @@ final class TcpResponder implements Runnable {
                         case AWAIT_AUTH -> auth();
                         case SERVING -> request();
                         case CONTROL_BODY -> controlBody();
-                        case CLOSED -> false;
+                        case DRAINING, CLOSED -> false;
                     };
                     if (!step) {
                         break;
