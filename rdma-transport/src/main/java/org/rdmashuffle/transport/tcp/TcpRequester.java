@@ -3,7 +3,6 @@ package org.rdmashuffle.transport.tcp;
 import java.io.IOException;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
-import java.util.Iterator;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import org.rdmashuffle.transport.ReadStatus;
@@ -20,10 +19,30 @@ final class TcpRequester implements Runnable {
 
     private final Selector selector;
     private final List<TcpChannel> channels = new CopyOnWriteArrayList<>();
+    private final java.util.function.Consumer<SelectionKey> onKey = this::service;
     private volatile boolean running = true;
 
     TcpRequester() throws IOException {
         this.selector = Selector.open();
+    }
+
+    private void service(SelectionKey k) {
+        TcpChannel c = (TcpChannel) k.attachment();
+        if (!k.isValid()) {
+            return;
+        }
+        try {
+            if (k.isReadable()) {
+                c.onReadable();
+            }
+            if (k.isValid() && k.isWritable()) {
+                c.flushWrites();
+            }
+        } catch (TcpChannel.ProtocolException e) {
+            c.fail(ReadStatus.PROTOCOL_ERROR, e.getMessage());
+        } catch (IOException | RuntimeException e) {
+            c.fail(ReadStatus.CONNECTION_LOST, e.toString());
+        }
     }
 
     void add(TcpChannel c) throws IOException {
@@ -55,29 +74,10 @@ final class TcpRequester implements Runnable {
         long lastCheck = System.nanoTime();
         try {
             while (running) {
-                selector.select(50);
-                Iterator<SelectionKey> it = selector.selectedKeys().iterator();
-                while (it.hasNext()) {
-                    SelectionKey k = it.next();
-                    it.remove();
-                    TcpChannel c = (TcpChannel) k.attachment();
-                    if (!k.isValid()) {
-                        continue;
-                    }
-                    try {
-                        if (k.isReadable()) {
-                            c.onReadable();
-                        }
-                        if (k.isValid() && k.isWritable()) {
-                            c.flushWrites();
-                        }
-                    } catch (TcpChannel.ProtocolException e) {
-                        c.fail(ReadStatus.PROTOCOL_ERROR, e.getMessage());
-                    } catch (IOException | RuntimeException e) {
-                        c.fail(ReadStatus.CONNECTION_LOST, e.toString());
-                    }
-                }
-                for (TcpChannel c : channels) {
+                selector.select(onKey, 50);
+                // Indexed loops: no iterator per round (the loop runs once per wakeup).
+                for (int i = 0; i < channels.size(); i++) {
+                    TcpChannel c = channels.get(i);
                     if (c.closeRequested()) {
                         c.fail(ReadStatus.CHANNEL_CLOSED, "closed locally");
                     } else if (c.wantsFlush) {
@@ -92,8 +92,8 @@ final class TcpRequester implements Runnable {
                 long now = System.nanoTime();
                 if (now - lastCheck > TIMEOUT_CHECK_NANOS) {
                     lastCheck = now;
-                    for (TcpChannel c : channels) {
-                        c.checkTimeout(now);
+                    for (int i = 0; i < channels.size(); i++) {
+                        channels.get(i).checkTimeout(now);
                     }
                 }
             }

@@ -7,7 +7,6 @@ import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
-import java.util.Iterator;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.rdmashuffle.transport.ControlHandler;
@@ -38,6 +37,8 @@ final class TcpResponder implements Runnable {
     private final int maxControlBytes;
     private final long handshakeTimeoutNanos;
     private final List<Connection> connections = new ArrayList<>();
+    private final java.util.function.Consumer<SelectionKey> onKey = this::service;
+    private long lastExpiryCheck = System.nanoTime();
     private volatile boolean running = true;
 
     // Written by the responder thread only.
@@ -68,27 +69,12 @@ final class TcpResponder implements Runnable {
     public void run() {
         try {
             while (running) {
-                selector.select(100);
-                Iterator<SelectionKey> it = selector.selectedKeys().iterator();
-                while (it.hasNext()) {
-                    SelectionKey k = it.next();
-                    it.remove();
-                    if (!k.isValid()) {
-                        continue;
-                    }
-                    if (k.isAcceptable()) {
-                        accept();
-                    } else {
-                        Connection c = (Connection) k.attachment();
-                        try {
-                            c.service();
-                        } catch (IOException | RuntimeException e) {
-                            LOG.debug("closing connection from {}: {}", c.remote, e.toString());
-                            c.close();
-                        }
-                    }
+                selector.select(onKey, 100);
+                long now = System.nanoTime();
+                if (now - lastExpiryCheck > 100_000_000L) {
+                    lastExpiryCheck = now;
+                    expireHandshakes();
                 }
-                expireHandshakes();
             }
         } catch (IOException | RuntimeException e) {
             if (running) {
@@ -103,6 +89,27 @@ final class TcpResponder implements Runnable {
             } catch (IOException e) {
                 LOG.debug("closing selector", e);
             }
+        }
+    }
+
+    private void service(SelectionKey k) {
+        if (!k.isValid()) {
+            return;
+        }
+        if (k.isAcceptable()) {
+            try {
+                accept();
+            } catch (IOException e) {
+                LOG.warn("accepting a connection failed", e);
+            }
+            return;
+        }
+        Connection c = (Connection) k.attachment();
+        try {
+            c.service();
+        } catch (IOException | RuntimeException e) {
+            LOG.debug("closing connection from {}: {}", c.remote, e.toString());
+            c.close();
         }
     }
 
