@@ -315,36 +315,26 @@ final class TcpChannel implements RdmaChannel {
                     continue;
                 }
                 completed |= onHeader();
-            } else if (rxState == RX_PAYLOAD) {
-                int r = socket.read(curDst);
-                if (r < 0) {
-                    throw new EOFException("peer closed the connection mid-reply");
-                }
-                if (curDst.hasRemaining()) {
-                    if (r == 0) {
-                        break;
-                    }
-                    continue;
-                }
-                rxState = RX_HEADER;
-                curDst = null;
-                int i = (int) head & mask;
-                completeRead(ReadStatus.SUCCESS, length[i]);
-                completed = true;
             } else {
-                int r = socket.read(curControl);
+                ByteBuffer target = rxState == RX_PAYLOAD ? curDst : curControl;
+                int r = socket.read(target);
                 if (r < 0) {
                     throw new EOFException("peer closed the connection mid-reply");
                 }
-                if (curControl.hasRemaining()) {
+                if (target.hasRemaining()) {
                     if (r == 0) {
                         break;
                     }
                     continue;
                 }
+                if (rxState == RX_PAYLOAD) {
+                    curDst = null;
+                    completeRead(ReadStatus.SUCCESS, length[(int) head & mask]);
+                } else {
+                    curControl = null;
+                    completeControl(ReadStatus.SUCCESS, target.flip());
+                }
                 rxState = RX_HEADER;
-                completeControl(ReadStatus.SUCCESS, curControl.flip());
-                curControl = null;
                 completed = true;
             }
         }
@@ -405,13 +395,7 @@ final class TcpChannel implements RdmaChannel {
             ByteBuffer d = dst[i];
             int off = dstOffset[i];
             d.clear().position(off).limit(off + len);
-            int n = Math.min(rx.remaining(), len);
-            if (n > 0) {
-                int lim = rx.limit();
-                rx.limit(rx.position() + n);
-                d.put(rx);
-                rx.limit(lim);
-            }
+            drainRxInto(d);
             if (d.hasRemaining()) {
                 curDst = d;
                 rxState = RX_PAYLOAD;
@@ -431,11 +415,7 @@ final class TcpChannel implements RdmaChannel {
             throw new ProtocolException("control reply of " + len + " bytes");
         }
         ByteBuffer c = ByteBuffer.allocate(len);
-        int n = Math.min(rx.remaining(), len);
-        int lim = rx.limit();
-        rx.limit(rx.position() + n);
-        c.put(rx);
-        rx.limit(lim);
+        drainRxInto(c);
         if (c.hasRemaining()) {
             curControl = c;
             rxState = RX_CONTROL;
@@ -443,6 +423,17 @@ final class TcpChannel implements RdmaChannel {
         }
         completeControl(ReadStatus.SUCCESS, c.flip());
         return true;
+    }
+
+    /** Moves reply bytes already buffered in {@code rx} into {@code target}, as many as it takes. */
+    private void drainRxInto(ByteBuffer target) {
+        int n = Math.min(rx.remaining(), target.remaining());
+        if (n > 0) {
+            int lim = rx.limit();
+            rx.limit(rx.position() + n);
+            target.put(rx);
+            rx.limit(lim);
+        }
     }
 
     private void completeRead(int status, int len) {
