@@ -29,7 +29,10 @@ print("\n| benchmark | size | result | allocated B/op |")
 print("| --- | --- | --- | --- |")
 for k in sorted(score):
     s, e, unit = score[k]
-    size = dict(k[2]).get("readBytes") or dict(k[2]).get("bufferBytes")
+    params = dict(k[2])
+    size = params.get("readBytes") or params.get("bufferBytes")
+    if "leakDetection" in params:
+        size = f"{size}, leaks {params['leakDetection']}"
     shown = f"{s * MIB:.0f} ± {e * MIB:.0f} MiB/s" if unit == "ops/s" else f"{s:.1f} ± {e:.1f} {unit}"
     print(f"| {k[0]}.{k[1]} | {size} | {shown} | {alloc.get(k, float('nan')):.3f} |")
 print("\n| ratio | value |")
@@ -39,9 +42,10 @@ for size in ("65536", "1048576"):
     n = score.get(("NioSocketBenchmark", "readSixteenMiB", (("readBytes", size),)))
     if t and n:
         print(f"| tcp READ / NIO socket loop, {int(size) // 1024} KiB | {t[0] / n[0]:.2f} |")
-p = score.get(("BufferPoolBenchmark", "pooledAcquireRelease", (("bufferBytes", "65536"),)))
-a = score.get(("BufferPoolBenchmark", "allocateDirectAndRegister", (("bufferBytes", "65536"),)))
-if p and a:
-    print(f"| allocateDirect+register time / pool acquire+release time, 64 KiB | {a[0] / p[0]:.1f} |")
-    print(f"| pool acquire+release allocation | {alloc.get(('BufferPoolBenchmark', 'pooledAcquireRelease', (('bufferBytes', '65536'),)), float('nan')):.3f} B/op |")
+for leaks in ("disabled", "sampled"):
+    pk = ("BufferPoolBenchmark", "pooledAcquireRelease", (("bufferBytes", "65536"), ("leakDetection", leaks)))
+    ak = ("BufferPoolBenchmark", "allocateDirectAndRegister", (("bufferBytes", "65536"), ("leakDetection", leaks)))
+    if pk in score and ak in score:
+        print(f"| allocateDirect+register time / pool acquire+release time, 64 KiB, leaks {leaks} | {score[ak][0] / score[pk][0]:.1f} |")
+        print(f"| pool acquire+release allocation, leaks {leaks} | {alloc.get(pk, float('nan')):.3f} B/op |")
 PY

@@ -35,13 +35,17 @@ public class BufferPoolBenchmark {
     @Param({"65536"})
     public int bufferBytes;
 
+    /** {@code disabled} is the hot path alone; {@code sampled} (the default) tracks one acquire in 128. */
+    @Param({"disabled", "sampled"})
+    public String leakDetection;
+
     private TcpNode node;
     private BufferPool pool;
 
     @Setup(Level.Trial)
     public void setUp() throws Exception {
         RdmaShuffleConf conf = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
-                "spark.shuffle.rdma.pool.leakDetection", "disabled"));
+                "spark.shuffle.rdma.pool.leakDetection", leakDetection));
         node = new TcpNode(conf, NodeOptions.loopback());
         pool = new BufferPool(BufferPoolOptions.from(conf), node.sinkRegistrar());
         pool.acquire(bufferBytes).release(); // registers the chunk once
