@@ -83,7 +83,7 @@ public final class BlockFetcher implements AutoCloseable {
     private record Key(NodeAddress peer, int tableRkey, int mapIndex) {
     }
 
-    private record Pending(Request request, ShuffleOutputTable.Metadata metadata, int bytes) {
+    private record Pending(Request request, RdmaChannel channel, ShuffleOutputTable.Metadata metadata, int bytes) {
     }
 
     private final RdmaNode node;
@@ -114,11 +114,18 @@ public final class BlockFetcher implements AutoCloseable {
             }
             outstanding++;
         }
+        RdmaChannel ch;
+        try {
+            ch = node.connect(r.peer()); // on the task's thread: completions never wait for a connect
+        } catch (TransportException e) {
+            fail(r, "cannot connect", e);
+            return;
+        }
         ShuffleOutputTable.Metadata m = metadataCache.get(new Key(r.peer(), r.table().rkey(), r.mapIndex()));
         if (m != null) {
-            fetchData(r, m);
+            fetchData(r, ch, m);
         } else {
-            fetchSlot(r);
+            fetchSlot(r, ch);
         }
     }
 
@@ -150,24 +157,19 @@ public final class BlockFetcher implements AutoCloseable {
         done.add(new FetchFailure(r, what + " (map index " + r.mapIndex() + " at " + r.peer() + ")", cause));
     }
 
-    private RdmaChannel channel(Request r) throws TransportException {
-        return node.connect(r.peer());
-    }
-
-    private void fetchSlot(Request r) {
+    private void fetchSlot(Request r, RdmaChannel ch) {
         RegisteredBuffer b;
         try {
             b = pool.acquire(ShuffleOutputTable.SLOT_BYTES);
-            RdmaChannel ch = channel(r);
             long at = r.table().address() + (long) r.mapIndex() * ShuffleOutputTable.SLOT_BYTES;
             ch.post(new ReadBatch(1).add(at, r.table().rkey(), ShuffleOutputTable.SLOT_BYTES, b, 0, 0),
-                    (id, st, len) -> onSlot(r, b, st));
+                    (id, st, len) -> onSlot(r, ch, b, st));
         } catch (TransportException | RuntimeException e) {
             fail(r, "cannot read the output table", e);
         }
     }
 
-    private void onSlot(Request r, RegisteredBuffer b, int status) {
+    private void onSlot(Request r, RdmaChannel ch, RegisteredBuffer b, int status) {
         ShuffleOutputTable.Slot slot;
         try {
             if (status != ReadStatus.SUCCESS) {
@@ -188,14 +190,14 @@ public final class BlockFetcher implements AutoCloseable {
         RegionDescriptor md = slot.metadata();
         try {
             RegisteredBuffer mb = pool.acquire((int) md.length());
-            channel(r).post(new ReadBatch(1).add(md.address(), md.rkey(), (int) md.length(), mb, 0, 0),
-                    (id, st, len) -> onMetadata(r, mb, (int) md.length(), st));
+            ch.post(new ReadBatch(1).add(md.address(), md.rkey(), (int) md.length(), mb, 0, 0),
+                    (id, st, len) -> onMetadata(r, ch, mb, (int) md.length(), st));
         } catch (TransportException | RuntimeException e) {
             fail(r, "cannot read map output metadata", e);
         }
     }
 
-    private void onMetadata(Request r, RegisteredBuffer b, int length, int status) {
+    private void onMetadata(Request r, RdmaChannel ch, RegisteredBuffer b, int length, int status) {
         ShuffleOutputTable.Metadata m;
         try {
             if (status != ReadStatus.SUCCESS) {
@@ -210,10 +212,10 @@ public final class BlockFetcher implements AutoCloseable {
             b.release();
         }
         metadataCache.put(new Key(r.peer(), r.table().rkey(), r.mapIndex()), m);
-        fetchData(r, m);
+        fetchData(r, ch, m);
     }
 
-    private void fetchData(Request r, ShuffleOutputTable.Metadata m) {
+    private void fetchData(Request r, RdmaChannel ch, ShuffleOutputTable.Metadata m) {
         long bytes;
         try {
             bytes = m.layout().bytesOf(r.startPartition(), r.endPartition());
@@ -231,15 +233,15 @@ public final class BlockFetcher implements AutoCloseable {
         }
         synchronized (this) {
             if (bytesInFlight > 0 && bytesInFlight + bytes > maxBytesInFlight) {
-                waitingForBudget.add(new Pending(r, m, (int) bytes));
+                waitingForBudget.add(new Pending(r, ch, m, (int) bytes));
                 return;
             }
             bytesInFlight += bytes;
         }
-        readData(r, m, (int) bytes);
+        readData(r, ch, m, (int) bytes);
     }
 
-    private void readData(Request r, ShuffleOutputTable.Metadata m, int bytes) {
+    private void readData(Request r, RdmaChannel ch, ShuffleOutputTable.Metadata m, int bytes) {
         RegisteredBuffer b;
         try {
             b = pool.acquire(bytes);
@@ -258,7 +260,7 @@ public final class BlockFetcher implements AutoCloseable {
         int[] left = {batch.size()};
         int[] firstError = {ReadStatus.SUCCESS};
         try {
-            channel(r).post(batch, (id, st, len) -> {
+            ch.post(batch, (id, st, len) -> {
                 if (st != ReadStatus.SUCCESS && firstError[0] == ReadStatus.SUCCESS) {
                     firstError[0] = st;
                 }
@@ -296,7 +298,7 @@ public final class BlockFetcher implements AutoCloseable {
         }
         if (start != null) {
             for (Pending p : start) {
-                readData(p.request(), p.metadata(), p.bytes());
+                readData(p.request(), p.channel(), p.metadata(), p.bytes());
             }
         }
     }
