@@ -496,10 +496,13 @@ final class TcpChannel implements RdmaChannel {
      */
     @SuppressWarnings("unchecked")
     void fail(int status, String reason) {
-        if (failed) {
-            return;
+        synchronized (this) {
+            // Normally the requester thread; a node closing concurrently may race it, and only one may win.
+            if (failed) {
+                return;
+            }
+            failed = true;
         }
-        failed = true;
         open = false;
         if (status != ReadStatus.CHANNEL_CLOSED) {
             LOG.warn("channel to {} failed: {}", peer, reason);
