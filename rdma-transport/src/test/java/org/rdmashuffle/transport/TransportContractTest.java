@@ -425,6 +425,31 @@ public abstract class TransportContractTest {
     }
 
     @Test
+    @Timeout(30)
+    void shouldLeaveNoThreadsBehindWhenNodesCloseWithOpenChannels() throws Exception {
+        RdmaNode a = open(Map.of());
+        RdmaNode b = open(Map.of());
+        a.connect(b.localAddress());
+        b.connect(a.localAddress());
+        String pa = Integer.toString(a.localAddress().port());
+        String pb = Integer.toString(b.localAddress().port());
+        assertTrue(Thread.getAllStackTraces().keySet().stream().anyMatch(t -> t.getName().endsWith("-" + pa)),
+                "the provider names its threads after the node's port");
+        long t0 = System.nanoTime();
+        a.close();
+        b.close();
+        assertTrue(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0) < 5000, "close took too long");
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (System.nanoTime() < deadline && Thread.getAllStackTraces().keySet().stream()
+                .anyMatch(t -> t.isAlive() && (t.getName().endsWith("-" + pa) || t.getName().endsWith("-" + pb)))) {
+            Thread.sleep(10);
+        }
+        assertFalse(Thread.getAllStackTraces().keySet().stream()
+                .anyMatch(t -> t.isAlive() && (t.getName().endsWith("-" + pa) || t.getName().endsWith("-" + pb))),
+                "node threads still running after close");
+    }
+
+    @Test
     void shouldRejectDestinationOutsideItsBufferWhenBatchIsBuilt() throws Exception {
         MemoryRegion sink = sink(client, 4096);
         ReadBatch b = new ReadBatch(1);
