@@ -1,0 +1,37 @@
+package org.rdmashuffle.shuffle;
+
+import java.nio.ByteBuffer;
+import org.apache.spark.serializer.Serializer;
+import org.apache.spark.serializer.SerializerManager;
+import org.apache.spark.shuffle.FetchFailedException;
+import org.apache.spark.storage.BlockId;
+import org.apache.spark.storage.BlockManagerId;
+import scala.Tuple2;
+
+/**
+ * The one place that speaks Scala to Spark: stream wrapping and deserialisation of fetched blocks,
+ * and the exception that makes Spark rerun a map stage. The rest of the project is plain Java.
+ */
+public final class SparkInterop {
+    private SparkInterop() {
+    }
+
+    /**
+     * The key-value records of one fetched block: the bytes go through the {@link SerializerManager}
+     * (decryption, decompression, as Spark's own reader does) and then the shuffle's serializer.
+     */
+    @SuppressWarnings("unchecked")
+    public static <K, V> scala.collection.Iterator<Tuple2<K, V>> records(SerializerManager serializerManager,
+                                                                        Serializer serializer, BlockId blockId,
+                                                                        ByteBuffer bytes) {
+        java.io.InputStream in = serializerManager.wrapStream(blockId, new ByteBufferInputStream(bytes));
+        Object it = serializer.newInstance().deserializeStream(in).asKeyValueIterator();
+        return (scala.collection.Iterator<Tuple2<K, V>>) it;
+    }
+
+    /** A {@link FetchFailedException} for {@code failure}, naming the map output and reduce partition. */
+    public static FetchFailedException fetchFailed(BlockManagerId address, int shuffleId, long mapId, int mapIndex,
+                                                   int reduceId, FetchFailure failure) {
+        return new FetchFailedException(address, shuffleId, mapId, mapIndex, reduceId, failure.getMessage(), failure);
+    }
+}

@@ -1,0 +1,81 @@
+package org.rdmashuffle.shuffle;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.ByteArrayOutputStream;
+import java.io.OutputStream;
+import java.nio.ByteBuffer;
+import org.apache.spark.FetchFailed;
+import org.apache.spark.SparkConf;
+import org.apache.spark.serializer.JavaSerializer;
+import org.apache.spark.serializer.KryoSerializer;
+import org.apache.spark.serializer.Serializer;
+import org.apache.spark.serializer.SerializationStream;
+import org.apache.spark.serializer.SerializerManager;
+import org.apache.spark.shuffle.FetchFailedException;
+import org.apache.spark.storage.BlockManagerId;
+import org.apache.spark.storage.ShuffleBlockId;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+import org.junit.jupiter.api.Test;
+import scala.Option;
+import scala.Tuple2;
+import scala.reflect.ClassTag;
+import scala.reflect.ClassTag$;
+
+class SparkInteropTest {
+
+    @ParameterizedTest(name = "{0} serializer, compression {1}")
+    @CsvSource({"kryo,off", "kryo,lz4", "kryo,zstd", "java,off", "java,lz4", "java,zstd"})
+    void shouldDecodeRecordsFromFetchedBytesAsSparkWroteThem(String serializerName, String codec) throws Exception {
+        SparkConf conf = new SparkConf(false).set("spark.shuffle.compress", Boolean.toString(!codec.equals("off")));
+        if (!codec.equals("off")) {
+            conf.set("spark.io.compression.codec", codec);
+        }
+        Serializer serializer = serializerName.equals("kryo") ? new KryoSerializer(conf) : new JavaSerializer(conf);
+        SerializerManager sm = new SerializerManager(serializer, conf);
+        ShuffleBlockId block = new ShuffleBlockId(3, 17L, 4);
+
+        ByteArrayOutputStream raw = new ByteArrayOutputStream();
+        OutputStream wrapped = sm.wrapStream(block, raw);
+        SerializationStream out = serializer.newInstance().serializeStream(wrapped);
+        ClassTag<Object> any = ClassTag$.MODULE$.Any();
+        for (int i = 0; i < 10_000; i++) {
+            out.writeKey("key-" + (i % 97), any);
+            out.writeValue(i, any);
+        }
+        out.close();
+        byte[] written = raw.toByteArray();
+        ByteBuffer fetched = ByteBuffer.allocateDirect(written.length).put(written).flip();
+
+        scala.collection.Iterator<Tuple2<String, Integer>> it = SparkInterop.records(sm, serializer, block, fetched);
+        int n = 0;
+        while (it.hasNext()) {
+            Tuple2<String, Integer> kv = it.next();
+            assertEquals("key-" + (n % 97), kv._1());
+            assertEquals(n, kv._2().intValue());
+            n++;
+        }
+        assertEquals(10_000, n);
+        assertFalse(fetched.hasRemaining(), "every fetched byte was consumed");
+    }
+
+    @Test
+    void shouldNameMapAndReducePartitionWhenFetchFails() {
+        BlockManagerId bm = BlockManagerId.apply("exec-2", "10.0.0.2", 7337, Option.empty());
+        FetchFailure cause = new FetchFailure(null, "data READ failed: connection lost (map index 5 at tcp://h:1)",
+                null);
+        FetchFailedException e = SparkInterop.fetchFailed(bm, 3, 42L, 5, 9, cause);
+        assertTrue(e.getMessage().contains("connection lost"), e.getMessage());
+        assertSame(cause, e.getCause());
+        FetchFailed reason = (FetchFailed) e.toTaskFailedReason();
+        assertEquals(bm, reason.bmAddress());
+        assertEquals(3, reason.shuffleId());
+        assertEquals(42L, reason.mapId());
+        assertEquals(5, reason.mapIndex());
+        assertEquals(9, reason.reduceId());
+    }
+}
