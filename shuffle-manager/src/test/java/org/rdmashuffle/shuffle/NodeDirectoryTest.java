@@ -1,0 +1,42 @@
+package org.rdmashuffle.shuffle;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+
+import org.apache.spark.SparkConf;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.rpc.RpcEnv;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.rdmashuffle.transport.NodeAddress;
+
+/** The directory over a real Spark driver's RPC environment. */
+class NodeDirectoryTest {
+
+    @Test
+    @Timeout(120)
+    void shouldAnswerLookupsOverSparkRpcWhenExecutorsRegister() {
+        SparkConf conf = new SparkConf().setMaster("local[1]").setAppName("node-directory-test")
+                .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
+                .set("spark.driver.bindAddress", "127.0.0.1");
+        try (JavaSparkContext sc = new JavaSparkContext(conf)) {
+            RpcEnv rpc = SparkEnv.get().rpcEnv();
+            NodeDirectory.Endpoint endpoint = NodeDirectory.Endpoint.start(rpc);
+            NodeDirectory.Client exec1 = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
+            NodeDirectory.Client reducer = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
+            NodeAddress a = new NodeAddress("10.200.0.2", 40123, "tcp");
+            exec1.register("1", a);
+            assertEquals(1, endpoint.size());
+            NodeAddress found = reducer.lookup("1");
+            assertEquals(a, found);
+            assertSame(found, reducer.lookup("1"), "second lookup comes from the cache");
+            assertNull(reducer.lookup("7"));
+            exec1.forget("1");
+            reducer.invalidate("1");
+            assertNull(reducer.lookup("1"));
+            assertEquals(0, endpoint.size());
+        }
+    }
+}
