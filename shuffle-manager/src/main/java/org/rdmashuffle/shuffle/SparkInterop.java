@@ -29,6 +29,19 @@ public final class SparkInterop {
         return (scala.collection.Iterator<Tuple2<K, V>>) it;
     }
 
+    /**
+     * Throws {@code e} from code Spark calls as Scala (which has no checked exceptions): Spark's task
+     * runner recognises a {@link FetchFailedException} and reruns the map stage.
+     */
+    public static RuntimeException sneakyThrow(Throwable e) {
+        throw SparkInterop.<RuntimeException>sneaky(e);
+    }
+
+    @SuppressWarnings("unchecked")
+    private static <T extends Throwable> T sneaky(Throwable e) throws T {
+        throw (T) e;
+    }
+
     /** A {@link FetchFailedException} for {@code failure}, naming the map output and reduce partition. */
     public static FetchFailedException fetchFailed(BlockManagerId address, int shuffleId, long mapId, int mapIndex,
                                                    int reduceId, FetchFailure failure) {

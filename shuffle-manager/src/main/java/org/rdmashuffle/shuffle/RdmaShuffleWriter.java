@@ -1,0 +1,63 @@
+package org.rdmashuffle.shuffle;
+
+import java.io.File;
+import java.io.IOException;
+import org.apache.spark.scheduler.MapStatus;
+import org.apache.spark.shuffle.ShuffleWriter;
+import scala.Option;
+import scala.Product2;
+import scala.collection.Iterator;
+
+/**
+ * Spark's own sort-based writer, then — once the map output is committed — its data file is
+ * registered as regions and published in the executor's output table.
+ */
+final class RdmaShuffleWriter<K, V> extends ShuffleWriter<K, V> {
+    private final ShuffleWriter<K, V> sortWriter;
+    private final RdmaShuffleManager manager;
+    private final RdmaShuffleHandle handle;
+    private final long mapId;
+    private final int mapIndex;
+
+    RdmaShuffleWriter(ShuffleWriter<K, V> sortWriter, RdmaShuffleManager manager, RdmaShuffleHandle handle, long mapId,
+                      int mapIndex) {
+        this.sortWriter = sortWriter;
+        this.manager = manager;
+        this.handle = handle;
+        this.mapId = mapId;
+        this.mapIndex = mapIndex;
+    }
+
+    @Override
+    public void write(Iterator<Product2<K, V>> records) throws IOException {
+        sortWriter.write(records);
+    }
+
+    @Override
+    public Option<MapStatus> stop(boolean success) {
+        Option<MapStatus> status = sortWriter.stop(success);
+        if (success && status.isDefined()) {
+            long[] lengths = sortWriter.getPartitionLengths();
+            long[] offsets = new long[lengths.length + 1];
+            for (int i = 0; i < lengths.length; i++) {
+                offsets[i + 1] = offsets[i] + lengths[i];
+            }
+            File data = manager.dataFile(handle.shuffleId(), mapId);
+            try {
+                ExecutorRuntime rt = manager.runtime();
+                MapOutputLayout layout = new MapOutputLayout(offsets, rt.conf.maxRegionSizeBytes());
+                rt.table(handle.shuffleId(), handle.numMaps())
+                        .publish(mapIndex, mapId, RegisteredMapOutput.register(rt.node, data.toPath(), layout));
+            } catch (IOException | RuntimeException e) {
+                throw new IllegalStateException("cannot register map output " + mapIndex + " of shuffle "
+                        + handle.shuffleId() + " (" + data + ") for RDMA reads: " + e.getMessage(), e);
+            }
+        }
+        return status;
+    }
+
+    @Override
+    public long[] getPartitionLengths() {
+        return sortWriter.getPartitionLengths();
+    }
+}
