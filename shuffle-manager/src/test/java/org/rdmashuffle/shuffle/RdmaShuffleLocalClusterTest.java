@@ -66,15 +66,7 @@ class RdmaShuffleLocalClusterTest {
             JavaPairRDD<Integer, String> d = sc.parallelize(xs, 8).mapToPair(i -> new Tuple2<>((i * 7919) % 5000, "v" + i));
             List<String> out = new ArrayList<>();
             out.add("reduceByKey " + new TreeMap<>(d.mapValues(v -> 1).reduceByKey(Integer::sum, 6).collectAsMap()));
-            Map<Integer, Integer> groups = new TreeMap<>();
-            for (Tuple2<Integer, Iterable<String>> g : d.groupByKey(7).collect()) {
-                int n = 0;
-                for (String ignored : g._2()) {
-                    n++;
-                }
-                groups.put(g._1(), n);
-            }
-            out.add("groupByKey " + groups);
+            out.add("groupByKey " + ShuffleJobs.groupSizes(d, 7));
             out.add("sortByKey " + d.sortByKey(true, 5).keys().collect().hashCode());
             out.add("join " + d.join(d.mapValues(String::length), 4).count());
             out.add("repartition " + d.repartition(9).count());

@@ -63,15 +63,7 @@ class RdmaShuffleLocalModeTest {
             List<String> out = new ArrayList<>();
             Map<Integer, Integer> counts = new TreeMap<>(d.mapValues(v -> 1).reduceByKey(Integer::sum, 4).collectAsMap());
             out.add("reduceByKey " + counts);
-            Map<Integer, Integer> groups = new TreeMap<>();
-            for (Tuple2<Integer, Iterable<String>> g : d.groupByKey(5).collect()) {
-                int n = 0;
-                for (String ignored : g._2()) {
-                    n++;
-                }
-                groups.put(g._1(), n);
-            }
-            out.add("groupByKey " + groups);
+            out.add("groupByKey " + ShuffleJobs.groupSizes(d, 5));
             List<Tuple2<Integer, String>> sorted = d.sortByKey(true, 3).take(20);
             out.add("sortByKey " + sorted.stream().map(t -> t._1()).toList());
             out.add("join " + d.join(d.mapValues(String::length), 4).count());
