@@ -132,6 +132,17 @@ public final class ConfigKey<T> {
                 });
     }
 
+    /** {@code true} or {@code false} (case-insensitive). */
+    public static ConfigKey<Boolean> bool(String name, boolean dflt, String doc) {
+        return new ConfigKey<>(name, "boolean", Boolean.toString(dflt), "", "true|false", doc, raw -> {
+            String v = raw.trim().toLowerCase(Locale.ROOT);
+            if (!v.equals("true") && !v.equals("false")) {
+                throw new IllegalArgumentException("not a boolean");
+            }
+            return Boolean.valueOf(v);
+        });
+    }
+
     /** A free-form value with its own parser. */
     public static <T> ConfigKey<T> custom(String name, String type, String dflt, String accepted, String doc,
                                           Function<String, T> parser) {

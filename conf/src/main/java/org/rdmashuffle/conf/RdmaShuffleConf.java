@@ -73,6 +73,11 @@ public final class RdmaShuffleConf {
             "1m", 4L << 10, 64L << 20, false,
             "Largest single READ; a longer byte range is read as several READs of this size."));
 
+    public static final ConfigKey<Boolean> LOCAL_BLOCKS_FROM_DISK = declare(ConfigKey.bool(
+            PREFIX + "localBlocksFromDisk", true,
+            "Reduce tasks read blocks their own executor wrote straight from disk. `false` reads them through "
+                    + "the node like remote ones (over loopback), which only tests and diagnosis want."));
+
     public static final ConfigKey<Long> MAX_REGION_SIZE = declare(ConfigKey.bytes(PREFIX + "maxRegionSize",
             "1g", 4L << 10, Integer.MAX_VALUE, false,
             "Largest memory region one registration covers; a map output larger than this is registered "
@@ -287,6 +292,10 @@ public final class RdmaShuffleConf {
 
     public int readBlockSizeBytes() {
         return Math.toIntExact(get(READ_BLOCK_SIZE));
+    }
+
+    public boolean localBlocksFromDisk() {
+        return get(LOCAL_BLOCKS_FROM_DISK);
     }
 
     public int maxRegionSizeBytes() {

@@ -37,6 +37,19 @@ public final class RdmaTransport {
         }
     }
 
+    /**
+     * Why a node of the configured provider cannot open on this machine, as far as can be told
+     * without opening one (verbs: DiSNI's classes, libdisni, an RDMA device); empty when it should.
+     * {@code auto} and {@code tcp} always can (auto falls back to tcp).
+     */
+    public static Optional<String> unavailable(RdmaShuffleConf conf) {
+        if (conf.provider() == RdmaShuffleConf.Provider.VERBS) {
+            return verbsMissing().map(why -> "spark.shuffle.rdma.provider=verbs, but the verbs provider cannot run: "
+                    + why);
+        }
+        return Optional.empty();
+    }
+
     private static Optional<String> verbsMissing() {
         Optional<String> m = VerbsSupport.missing();
         return m.isPresent() ? m : Optional.of("the verbs provider is not part of this build yet");

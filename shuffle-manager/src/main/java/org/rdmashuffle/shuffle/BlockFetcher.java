@@ -2,10 +2,9 @@ package org.rdmashuffle.shuffle;
 
 import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.LongAdder;
 import org.rdmashuffle.pool.BufferPool;
 import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.transport.NodeAddress;
@@ -19,7 +18,7 @@ import org.rdmashuffle.transport.TransportException;
 /**
  * Fetches ranges of partitions of remote map outputs with one-sided READs only: the map index's
  * slot in the serving executor's {@link ShuffleOutputTable}, then the output's metadata (both cached
- * per fetcher), then the bytes, into pooled registered buffers. Data READs are bounded by
+ * in a {@link MetadataCache}, one per shuffle on an executor), then the bytes, into pooled registered buffers. Data READs are bounded by
  * {@code maxBytesInFlight} (a single block larger than the bound goes alone). Finished blocks come
  * out of {@link #next} in completion order, so consuming one overlaps fetching the others.
  *
@@ -33,11 +32,14 @@ public final class BlockFetcher implements AutoCloseable {
      * @param peer the serving executor's node
      * @param table the descriptor of its output table for this shuffle
      * @param mapIndex the map output's index
+     * @param mapId the map task attempt the MapOutputTracker names for it, or {@link #ANY_MAP_ID}
      * @param startPartition first partition, inclusive
      * @param endPartition last partition, exclusive
      */
-    public record Request(NodeAddress peer, RegionDescriptor table, int mapIndex, int startPartition,
+    public record Request(NodeAddress peer, RegionDescriptor table, int mapIndex, long mapId, int startPartition,
                           int endPartition) {
+        /** Accept whichever attempt the serving executor published. */
+        public static final long ANY_MAP_ID = -1;
     }
 
     /** A fetched block: its bytes are {@code buffer().byteBuffer()} from 0 to {@link #length()}. */
@@ -80,9 +82,6 @@ public final class BlockFetcher implements AutoCloseable {
         }
     }
 
-    private record Key(NodeAddress peer, int tableRkey, int mapIndex) {
-    }
-
     private record Pending(Request request, RdmaChannel channel, ShuffleOutputTable.Metadata metadata, int bytes) {
     }
 
@@ -91,14 +90,23 @@ public final class BlockFetcher implements AutoCloseable {
     private final long maxBytesInFlight;
     private final int readBlockBytes;
     private final long timeoutMs;
-    private final Map<Key, ShuffleOutputTable.Metadata> metadataCache = new ConcurrentHashMap<>();
+    private final MetadataCache metadataCache;
+    private final LongAdder controlBytesRead = new LongAdder();
     private final LinkedBlockingQueue<Object> done = new LinkedBlockingQueue<>();
     private final ArrayDeque<Pending> waitingForBudget = new ArrayDeque<>();
     private long bytesInFlight;
     private int outstanding;
     private boolean closed;
 
+    /** A fetcher with a metadata cache of its own. */
     public BlockFetcher(RdmaNode node, BufferPool pool, long maxBytesInFlight, int readBlockBytes, long timeoutMs) {
+        this(node, pool, new MetadataCache(), maxBytesInFlight, readBlockBytes, timeoutMs);
+    }
+
+    /** A fetcher sharing {@code metadataCache} (one per shuffle on an executor) with other fetchers. */
+    public BlockFetcher(RdmaNode node, BufferPool pool, MetadataCache metadataCache, long maxBytesInFlight,
+                        int readBlockBytes, long timeoutMs) {
+        this.metadataCache = metadataCache;
         this.node = node;
         this.pool = pool;
         this.maxBytesInFlight = maxBytesInFlight;
@@ -121,7 +129,7 @@ public final class BlockFetcher implements AutoCloseable {
             fail(r, "cannot connect", e);
             return;
         }
-        ShuffleOutputTable.Metadata m = metadataCache.get(new Key(r.peer(), r.table().rkey(), r.mapIndex()));
+        ShuffleOutputTable.Metadata m = metadataCache.get(r.peer(), r.table().rkey(), r.mapIndex(), r.mapId());
         if (m != null) {
             fetchData(r, ch, m);
         } else {
@@ -163,19 +171,20 @@ public final class BlockFetcher implements AutoCloseable {
             b = pool.acquire(ShuffleOutputTable.SLOT_BYTES);
             long at = r.table().address() + (long) r.mapIndex() * ShuffleOutputTable.SLOT_BYTES;
             ch.post(new ReadBatch(1).add(at, r.table().rkey(), ShuffleOutputTable.SLOT_BYTES, b, 0, 0),
-                    (id, st, len) -> onSlot(r, ch, b, st));
+                    (id, st, len) -> onSlot(r, ch, b, st, len));
         } catch (TransportException | RuntimeException e) {
             fail(r, "cannot read the output table", e);
         }
     }
 
-    private void onSlot(Request r, RdmaChannel ch, RegisteredBuffer b, int status) {
+    private void onSlot(Request r, RdmaChannel ch, RegisteredBuffer b, int status, int length) {
         ShuffleOutputTable.Slot slot;
         try {
             if (status != ReadStatus.SUCCESS) {
                 fail(r, "output table READ failed: " + ReadStatus.describe(status), null);
                 return;
             }
+            controlBytesRead.add(length);
             slot = ShuffleOutputTable.Slot.parse(b.byteBuffer().duplicate().clear());
         } catch (RuntimeException e) {
             fail(r, "corrupt output table", e);
@@ -187,23 +196,29 @@ public final class BlockFetcher implements AutoCloseable {
             fail(r, "map output not registered at the peer (lost or never written)", null);
             return;
         }
+        if (r.mapId() != Request.ANY_MAP_ID && slot.mapId() != r.mapId()) {
+            fail(r, "the peer serves map attempt " + slot.mapId() + ", not attempt " + r.mapId()
+                    + " that the MapOutputTracker names", null);
+            return;
+        }
         RegionDescriptor md = slot.metadata();
         try {
             RegisteredBuffer mb = pool.acquire((int) md.length());
             ch.post(new ReadBatch(1).add(md.address(), md.rkey(), (int) md.length(), mb, 0, 0),
-                    (id, st, len) -> onMetadata(r, ch, mb, (int) md.length(), st));
+                    (id, st, len) -> onMetadata(r, ch, mb, slot.mapId(), (int) md.length(), st));
         } catch (TransportException | RuntimeException e) {
             fail(r, "cannot read map output metadata", e);
         }
     }
 
-    private void onMetadata(Request r, RdmaChannel ch, RegisteredBuffer b, int length, int status) {
+    private void onMetadata(Request r, RdmaChannel ch, RegisteredBuffer b, long mapId, int length, int status) {
         ShuffleOutputTable.Metadata m;
         try {
             if (status != ReadStatus.SUCCESS) {
                 fail(r, "metadata READ failed: " + ReadStatus.describe(status), null);
                 return;
             }
+            controlBytesRead.add(length);
             m = ShuffleOutputTable.Metadata.parse(b.byteBuffer().duplicate().clear().limit(length));
         } catch (RuntimeException e) {
             fail(r, "corrupt map output metadata", e);
@@ -211,7 +226,7 @@ public final class BlockFetcher implements AutoCloseable {
         } finally {
             b.release();
         }
-        metadataCache.put(new Key(r.peer(), r.table().rkey(), r.mapIndex()), m);
+        metadataCache.put(r.peer(), r.table().rkey(), r.mapIndex(), mapId, m);
         fetchData(r, ch, m);
     }
 
@@ -301,6 +316,11 @@ public final class BlockFetcher implements AutoCloseable {
                 readData(p.request(), p.channel(), p.metadata(), p.bytes());
             }
         }
+    }
+
+    /** Bytes this fetcher READ from output tables and metadata regions (not block data). */
+    public long controlBytesRead() {
+        return controlBytesRead.sum();
     }
 
     /** Bytes of data READs outstanding or held in blocks not yet closed. */

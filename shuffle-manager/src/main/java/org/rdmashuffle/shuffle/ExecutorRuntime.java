@@ -3,9 +3,11 @@ package org.rdmashuffle.shuffle;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.LongAdder;
 import org.apache.spark.SparkEnv;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
@@ -35,6 +37,8 @@ final class ExecutorRuntime implements AutoCloseable {
     final String executorId;
     private final Map<Integer, ShuffleOutputTable> tables = new ConcurrentHashMap<>();
     private final Map<String, RegionDescriptor> remoteTables = new ConcurrentHashMap<>();
+    private final Map<Integer, MetadataCache> metadataCaches = new ConcurrentHashMap<>();
+    private final LongAdder controlBytesRead = new LongAdder();
 
     ExecutorRuntime(RdmaShuffleConf conf, SparkEnv env) throws IOException {
         this.conf = conf;
@@ -99,12 +103,49 @@ final class ExecutorRuntime implements AutoCloseable {
         return d;
     }
 
+    /** The metadata reducers on this executor have READ for {@code shuffleId}, shared by its fetchers. */
+    MetadataCache metadataCache(int shuffleId) {
+        return metadataCaches.computeIfAbsent(shuffleId, id -> new MetadataCache());
+    }
+
+    /** Counts bytes fetchers READ from output tables and metadata (not block data). */
+    void addControlBytesRead(long bytes) {
+        controlBytesRead.add(bytes);
+    }
+
+    /**
+     * Forgets what this executor cached of {@code executorId}'s node for {@code shuffleId} after a
+     * failed fetch from it: its address, its table descriptor and its outputs' metadata, so the next
+     * attempt (after Spark reran the lost maps) looks everything up afresh.
+     */
+    void forgetPeer(String executorId, NodeAddress peer, int shuffleId) {
+        directory.invalidate(executorId);
+        if (peer != null) {
+            remoteTables.remove(peer + "#" + shuffleId);
+            MetadataCache c = metadataCaches.get(shuffleId);
+            if (c != null) {
+                c.forget(peer);
+            }
+        }
+    }
+
     void unregisterShuffle(int shuffleId) {
         ShuffleOutputTable t = tables.remove(shuffleId);
         if (t != null) {
             t.close();
         }
+        metadataCaches.remove(shuffleId);
         remoteTables.keySet().removeIf(k -> k.endsWith("#" + shuffleId));
+    }
+
+    /** What this executor holds and has moved, for operators and tests. */
+    RdmaShuffleManager.ExecutorStats stats() {
+        long outputBytes = 0;
+        for (ShuffleOutputTable t : tables.values()) {
+            outputBytes += t.registeredOutputBytes();
+        }
+        return new RdmaShuffleManager.ExecutorStats(executorId, node.stats(), pool.stats(), List.copyOf(tables.keySet()),
+                outputBytes, controlBytesRead.sum());
     }
 
     @Override

@@ -1,7 +1,8 @@
 package org.rdmashuffle.shuffle;
 
 import java.io.File;
-import java.io.IOException;
+import java.util.List;
+import java.util.Optional;
 import org.apache.spark.ShuffleDependency;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkEnv;
@@ -16,31 +17,75 @@ import org.apache.spark.shuffle.ShuffleWriteMetricsReporter;
 import org.apache.spark.shuffle.ShuffleWriter;
 import org.apache.spark.shuffle.sort.SortShuffleManager;
 import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.pool.BufferPoolStats;
+import org.rdmashuffle.transport.NodeStats;
+import org.rdmashuffle.transport.RdmaTransport;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
  * A Spark shuffle whose reducers pull map outputs with one-sided RDMA READs. Enable with
  * {@code spark.shuffle.manager=org.rdmashuffle.shuffle.RdmaShuffleManager}. Writing is Spark's sort
- * shuffle; each committed map output is registered as memory regions; readers fetch with READs.
- * Everything starts lazily (the driver builds this before its BlockManager is initialised).
+ * shuffle; each committed map output is registered as memory regions; readers fetch remote blocks
+ * with READs and local ones from disk. Everything starts lazily (the driver builds this before its
+ * BlockManager is initialised).
+ *
+ * <p>Fallback ({@code spark.shuffle.rdma.fallback}): when the transport cannot start, {@code auto}
+ * uses Spark's sort shuffle and logs one WARN line saying why, {@code never} fails with the reason,
+ * {@code always} never starts the transport. The driver decides per application (a shuffle it
+ * registers while falling back gets Spark's own handle, read and written by Spark's sort shuffle);
+ * an executor whose node cannot start serves nothing over the transport and reads with Spark's
+ * reader, and readers elsewhere read from it with Spark's reader too. Map outputs are always
+ * Spark's own files, so every fallback path reads them.
  */
 public final class RdmaShuffleManager implements ShuffleManager {
     private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleManager.class);
 
-    private final SparkConf sparkConf;
+    /**
+     * What one executor holds and has moved.
+     *
+     * @param executorId the executor
+     * @param node its node's counters
+     * @param pool its receive-buffer pool's counters
+     * @param shuffles shuffles it holds an output table for
+     * @param registeredOutputBytes bytes of map outputs it has registered now
+     * @param controlBytesRead bytes its reducers READ from peers' output tables and metadata (not block data)
+     */
+    public record ExecutorStats(String executorId, NodeStats node, BufferPoolStats pool, List<Integer> shuffles,
+                                long registeredOutputBytes, long controlBytesRead) implements java.io.Serializable {
+        private static final long serialVersionUID = 1L;
+    }
+
     private final boolean isDriver;
     private final RdmaShuffleConf conf;
     private final SortShuffleManager sort;
+    /** Why the driver registers every shuffle with Spark's own handle, or null. */
+    private final String driverFallback;
     private volatile ExecutorRuntime runtime;
+    private volatile String runtimeFailure;
     private volatile boolean directoryStarted;
     private volatile boolean stopped;
 
     public RdmaShuffleManager(SparkConf sparkConf, boolean isDriver) {
-        this.sparkConf = sparkConf;
         this.isDriver = isDriver;
         this.conf = SparkRdmaConf.from(sparkConf);
         this.sort = new SortShuffleManager(sparkConf);
+        String why = null;
+        if (isDriver) {
+            if (conf.fallback() == RdmaShuffleConf.Fallback.ALWAYS) {
+                why = RdmaShuffleConf.FALLBACK.name() + "=always";
+            } else {
+                why = RdmaTransport.unavailable(conf).orElse(null);
+                if (why != null && conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
+                    throw new IllegalStateException("rdma-shuffle cannot start its transport and "
+                            + RdmaShuffleConf.FALLBACK.name() + "=never: " + why);
+                }
+            }
+            if (why != null) {
+                LOG.warn("rdma-shuffle: every shuffle of this application uses Spark's sort shuffle: {}", why);
+            }
+        }
+        this.driverFallback = why;
     }
 
     private void ensureDirectory() {
@@ -54,25 +99,52 @@ public final class RdmaShuffleManager implements ShuffleManager {
         }
     }
 
+    /**
+     * This executor's runtime, started on first use; null when its transport could not start and the
+     * fallback policy is {@code auto} (logged once, with the reason).
+     *
+     * @throws IllegalStateException when the transport cannot start and the policy is {@code never}
+     */
     ExecutorRuntime runtime() {
         ExecutorRuntime rt = runtime;
-        if (rt != null) {
+        if (rt != null || runtimeFailure != null) {
             return rt;
         }
         synchronized (this) {
-            if (runtime == null) {
+            if (runtime == null && runtimeFailure == null) {
                 if (stopped) {
                     throw new IllegalStateException("rdma-shuffle is stopped");
                 }
                 ensureDirectory();
                 try {
                     runtime = new ExecutorRuntime(conf, SparkEnv.get());
-                } catch (IOException e) {
-                    throw new IllegalStateException("rdma-shuffle cannot start its transport: " + e.getMessage(), e);
+                } catch (Exception e) {
+                    String why = "rdma-shuffle cannot start its transport: " + e.getMessage();
+                    if (conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
+                        throw new IllegalStateException(why + " (" + RdmaShuffleConf.FALLBACK.name() + "=never)", e);
+                    }
+                    runtimeFailure = why;
+                    LOG.warn("{}; this executor serves and reads shuffle blocks with Spark's sort shuffle instead "
+                            + "({}=auto)", why, RdmaShuffleConf.FALLBACK.name(), e);
                 }
             }
             return runtime;
         }
+    }
+
+    /** Why the driver uses Spark's sort shuffle for every shuffle, if it does. */
+    public Optional<String> driverFallback() {
+        return Optional.ofNullable(driverFallback);
+    }
+
+    /** This executor's counters; empty before its runtime started or when it could not. */
+    public Optional<ExecutorStats> executorStats() {
+        ExecutorRuntime rt = runtime;
+        return rt == null ? Optional.empty() : Optional.of(rt.stats());
+    }
+
+    RdmaShuffleConf conf() {
+        return conf;
     }
 
     File dataFile(int shuffleId, long mapId) {
@@ -81,14 +153,20 @@ public final class RdmaShuffleManager implements ShuffleManager {
 
     @Override
     public <K, V, C> ShuffleHandle registerShuffle(int shuffleId, ShuffleDependency<K, V, C> dependency) {
+        ShuffleHandle sortHandle = sort.registerShuffle(shuffleId, dependency);
+        if (driverFallback != null) {
+            return sortHandle;
+        }
         ensureDirectory();
-        return new RdmaShuffleHandle(sort.registerShuffle(shuffleId, dependency), dependency.rdd().getNumPartitions());
+        return new RdmaShuffleHandle(sortHandle, dependency.rdd().getNumPartitions());
     }
 
     @Override
     public <K, V> ShuffleWriter<K, V> getWriter(ShuffleHandle handle, long mapId, TaskContext context,
                                                 ShuffleWriteMetricsReporter metrics) {
-        RdmaShuffleHandle h = (RdmaShuffleHandle) handle;
+        if (!(handle instanceof RdmaShuffleHandle h)) {
+            return sort.getWriter(handle, mapId, context, metrics);
+        }
         return new RdmaShuffleWriter<>(sort.getWriter(h.sortHandle(), mapId, context, metrics), this, h, mapId,
                 context.partitionId());
     }
@@ -97,15 +175,26 @@ public final class RdmaShuffleManager implements ShuffleManager {
     public <K, C> ShuffleReader<K, C> getReader(ShuffleHandle handle, int startMapIndex, int endMapIndex,
                                                 int startPartition, int endPartition, TaskContext context,
                                                 ShuffleReadMetricsReporter metrics) {
-        return new RdmaShuffleReader<>(this, (RdmaShuffleHandle) handle, startMapIndex, endMapIndex, startPartition,
-                endPartition, context, metrics);
+        if (!(handle instanceof RdmaShuffleHandle h)) {
+            return sort.getReader(handle, startMapIndex, endMapIndex, startPartition, endPartition, context, metrics);
+        }
+        return new RdmaShuffleReader<>(this, h, startMapIndex, endMapIndex, startPartition, endPartition, context,
+                metrics);
+    }
+
+    /** Spark's own reader for an rdma handle: the fallback when the transport cannot serve a read. */
+    <K, C> ShuffleReader<K, C> sortReader(RdmaShuffleHandle h, int startMapIndex, int endMapIndex,
+                                          int startPartition, int endPartition, TaskContext context,
+                                          ShuffleReadMetricsReporter metrics) {
+        return sort.getReader(h.sortHandle(), startMapIndex, endMapIndex, startPartition, endPartition, context,
+                metrics);
     }
 
     @Override
     public boolean unregisterShuffle(int shuffleId) {
         ExecutorRuntime rt = runtime;
         if (rt != null) {
-            rt.unregisterShuffle(shuffleId);
+            rt.unregisterShuffle(shuffleId); // deregister and unmap before Spark deletes the files
         }
         return sort.unregisterShuffle(shuffleId);
     }

@@ -1,22 +1,31 @@
 package org.rdmashuffle.shuffle;
 
+import java.io.IOException;
+import java.io.InputStream;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.NoSuchElementException;
+import java.util.concurrent.TimeUnit;
 import org.apache.spark.InterruptibleIterator;
 import org.apache.spark.ShuffleDependency;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
+import org.apache.spark.network.buffer.ManagedBuffer;
 import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
 import org.apache.spark.shuffle.ShuffleReader;
 import org.apache.spark.storage.BlockId;
 import org.apache.spark.storage.BlockManagerId;
 import org.apache.spark.storage.ShuffleBlockId;
+import org.apache.spark.util.TaskCompletionListener;
 import org.apache.spark.util.collection.ExternalSorter;
+import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RegionDescriptor;
 import org.rdmashuffle.transport.TransportException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import scala.Option;
 import scala.Product2;
 import scala.Tuple2;
@@ -26,11 +35,16 @@ import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * Reads a reduce task's blocks with one-sided READs (every block, local ones too, for now), decodes
- * them through Spark's SerializerManager and the shuffle's serializer, then aggregates and sorts as
- * Spark's own reader does.
+ * A reduce task's reader: remote blocks with one-sided READs (all requests posted up front, bounded
+ * by bytes in flight, so fetching overlaps decoding), local blocks straight from disk (read while
+ * the remote ones are in flight), each decoded through Spark's SerializerManager and the shuffle's
+ * serializer, then aggregated and sorted as Spark's own reader does. Reports Spark's shuffle read
+ * metrics and merges them into the task's when done. A block that cannot be fetched becomes a
+ * {@code FetchFailedException} naming its map and reduce ids, so Spark reruns the map stage.
  */
 final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
+    private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleReader.class);
+
     private final RdmaShuffleManager manager;
     private final RdmaShuffleHandle handle;
     private final int startMapIndex;
@@ -40,7 +54,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
     private final TaskContext context;
     private final ShuffleReadMetricsReporter metrics;
 
-    private record Origin(BlockManagerId address, BlockId blockId, long mapId, int mapIndex, int reduceId) {
+    /** Where a block comes from, for metrics and for the FetchFailedException that names it. */
+    private record Origin(BlockManagerId address, NodeAddress peer, ShuffleBlockId blockId, int mapIndex) {
     }
 
     RdmaShuffleReader(RdmaShuffleManager manager, RdmaShuffleHandle handle, int startMapIndex, int endMapIndex,
@@ -55,105 +70,193 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         this.metrics = metrics;
     }
 
+    private Iterator<Product2<K, C>> sortRead() {
+        return manager.<K, C>sortReader(handle, startMapIndex, endMapIndex, startPartition, endPartition, context,
+                metrics).read();
+    }
+
+    private RuntimeException fetchFailed(Origin o, FetchFailure f) {
+        return SparkInterop.sneakyThrow(SparkInterop.fetchFailed(o.address(), handle.shuffleId(), o.blockId().mapId(),
+                o.mapIndex(), o.blockId().reduceId(), f));
+    }
+
     @Override
-    @SuppressWarnings({"unchecked", "rawtypes"})
     public Iterator<Product2<K, C>> read() {
-        ShuffleDependency<K, Object, C> dep = handle.dependency();
-        SparkEnv env = SparkEnv.get();
         ExecutorRuntime rt = manager.runtime();
-        BlockFetcher fetcher = new BlockFetcher(rt.node, rt.pool, rt.conf.maxBytesInFlight(),
-                rt.conf.readBlockSizeBytes(), rt.conf.requestTimeoutMs());
-        context.addTaskCompletionListener((org.apache.spark.util.TaskCompletionListener) c -> fetcher.close());
-        Map<BlockFetcher.Request, Origin> origins = new HashMap<>();
+        if (rt == null) {
+            return sortRead(); // this executor's transport could not start (logged once)
+        }
+        int shuffleId = handle.shuffleId();
+        boolean localFromDisk = rt.conf.localBlocksFromDisk();
+        List<Origin> local = new ArrayList<>();
+        List<Origin> remote = new ArrayList<>();
+        Map<BlockManagerId, RegionDescriptor> tables = new HashMap<>();
         Iterator<Tuple2<BlockManagerId, scala.collection.Seq<Tuple3<BlockId, Object, Object>>>> byAddress =
-                env.mapOutputTracker().getMapSizesByExecutorId(handle.shuffleId(), startMapIndex, endMapIndex,
+                SparkEnv.get().mapOutputTracker().getMapSizesByExecutorId(shuffleId, startMapIndex, endMapIndex,
                         startPartition, endPartition);
-        List<Tuple2<BlockFetcher.Request, Origin>> requests = new ArrayList<>();
         while (byAddress.hasNext()) {
             Tuple2<BlockManagerId, scala.collection.Seq<Tuple3<BlockId, Object, Object>>> entry = byAddress.next();
             BlockManagerId bm = entry._1();
+            boolean isLocal = localFromDisk && bm.executorId().equals(rt.executorId);
             NodeAddress peer = null;
-            RegionDescriptor table = null;
             for (Tuple3<BlockId, Object, Object> b : CollectionConverters.asJava(entry._2())) {
+                if ((Long) b._2() == 0) {
+                    continue; // empty block: nothing to read, as in Spark's reader
+                }
                 ShuffleBlockId id = (ShuffleBlockId) b._1();
-                long size = (Long) b._2();
                 int mapIndex = (Integer) b._3();
-                Origin origin = new Origin(bm, id, id.mapId(), mapIndex, id.reduceId());
-                if (size == 0) {
+                if (isLocal) {
+                    local.add(new Origin(bm, null, id, mapIndex));
                     continue;
                 }
-                try {
+                if (peer == null) {
+                    peer = rt.directory.lookup(bm.executorId());
                     if (peer == null) {
-                        peer = rt.directory.lookup(bm.executorId());
-                        if (peer == null) {
-                            throw new TransportException("executor " + bm.executorId() + " has no RDMA node registered");
+                        String why = "executor " + bm.executorId() + " at " + bm.hostPort()
+                                + " serves no RDMA node (its transport did not start)";
+                        if (rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
+                            throw fetchFailed(new Origin(bm, null, id, mapIndex), new FetchFailure(null, why, null));
                         }
-                        table = rt.remoteTable(peer, handle.shuffleId());
+                        LOG.warn("{}: reading shuffle {} partitions {}-{} with Spark's sort shuffle reader", why,
+                                shuffleId, startPartition, endPartition);
+                        return sortRead();
                     }
+                }
+                remote.add(new Origin(bm, peer, id, mapIndex));
+            }
+        }
+        for (Origin o : remote) {
+            if (!tables.containsKey(o.address())) {
+                try {
+                    tables.put(o.address(), rt.remoteTable(o.peer(), shuffleId));
                 } catch (TransportException e) {
-                    throw SparkInterop.sneakyThrow(SparkInterop.fetchFailed(bm, handle.shuffleId(), id.mapId(),
-                            mapIndex, id.reduceId(), new FetchFailure(null, e.getMessage(), e)));
+                    rt.forgetPeer(o.address().executorId(), o.peer(), shuffleId);
+                    throw fetchFailed(o, new FetchFailure(null, e.getMessage(), e));
                 }
-                BlockFetcher.Request r = new BlockFetcher.Request(peer, table, mapIndex, id.reduceId(),
-                        id.reduceId() + 1);
-                requests.add(new Tuple2<>(r, origin));
             }
         }
-        for (Tuple2<BlockFetcher.Request, Origin> t : requests) {
-            origins.put(t._1(), t._2());
-            fetcher.add(t._1());
+        return decodeAndCombine(new Blocks(rt, local, remote, tables));
+    }
+
+    /** Every record of the task's blocks: local ones first (while remote ones are fetched), then remote. */
+    private final class Blocks extends AbstractIterator<Product2<Object, Object>> {
+        private final ExecutorRuntime rt;
+        private final List<Origin> local;
+        private final Map<BlockFetcher.Request, Origin> origins = new HashMap<>();
+        private final BlockFetcher fetcher;
+        private final SparkEnv env = SparkEnv.get();
+        private final ShuffleDependency<K, Object, C> dep = handle.dependency();
+        private int nextLocal;
+        private InputStream localStream;
+        private BlockFetcher.Block block;
+        private Iterator<Tuple2<Object, Object>> current;
+        private boolean finished;
+
+        Blocks(ExecutorRuntime rt, List<Origin> local, List<Origin> remote, Map<BlockManagerId, RegionDescriptor> tables) {
+            this.rt = rt;
+            this.local = local;
+            this.fetcher = new BlockFetcher(rt.node, rt.pool, rt.metadataCache(handle.shuffleId()),
+                    rt.conf.maxBytesInFlight(), rt.conf.readBlockSizeBytes(), rt.conf.requestTimeoutMs());
+            context.addTaskCompletionListener((TaskCompletionListener) c -> finish());
+            for (Origin o : remote) {
+                BlockFetcher.Request r = new BlockFetcher.Request(o.peer(), tables.get(o.address()), o.mapIndex(),
+                        o.blockId().mapId(), o.blockId().reduceId(), o.blockId().reduceId() + 1);
+                origins.put(r, o);
+                fetcher.add(r);
+            }
         }
-        Iterator<Product2<Object, Object>> records = new AbstractIterator<>() {
-            private Iterator<Tuple2<Object, Object>> current;
-            private BlockFetcher.Block block;
 
-            @Override
-            public boolean hasNext() {
-                while (current == null || !current.hasNext()) {
-                    if (block != null) {
-                        block.close();
-                        block = null;
-                    }
-                    if (fetcher.outstanding() == 0) {
-                        return false;
-                    }
-                    long t0 = System.nanoTime();
-                    try {
-                        block = fetcher.next();
-                    } catch (FetchFailure f) {
-                        Origin o = f.request() == null ? null : origins.get(f.request());
-                        if (o == null) {
-                            o = origins.values().iterator().next();
-                        }
-                        throw SparkInterop.sneakyThrow(SparkInterop.fetchFailed(o.address(), handle.shuffleId(),
-                                o.mapId(), o.mapIndex(), o.reduceId(), f));
-                    } catch (InterruptedException e) {
-                        Thread.currentThread().interrupt();
-                        throw new IllegalStateException("interrupted while fetching shuffle blocks", e);
-                    }
-                    metrics.incFetchWaitTime(java.util.concurrent.TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0));
-                    Origin o = origins.get(block.request());
-                    if (o.address().executorId().equals(rt.executorId)) {
-                        metrics.incLocalBlocksFetched(1);
-                        metrics.incLocalBytesRead(block.length());
-                    } else {
-                        metrics.incRemoteBlocksFetched(1);
-                        metrics.incRemoteBytesRead(block.length());
-                    }
-                    current = SparkInterop.records(env.serializerManager(), dep.serializer(), o.blockId(), block.bytes());
+        @Override
+        public boolean hasNext() {
+            while (current == null || !current.hasNext()) {
+                releaseCurrent();
+                if (nextLocal < local.size()) {
+                    current = openLocal(local.get(nextLocal++));
+                } else if (fetcher.outstanding() > 0) {
+                    current = nextRemote();
+                } else {
+                    finish();
+                    return false;
                 }
-                return true;
             }
+            return true;
+        }
 
-            @Override
-            public Product2<Object, Object> next() {
-                if (!hasNext()) {
-                    throw new java.util.NoSuchElementException();
-                }
-                metrics.incRecordsRead(1);
-                return current.next();
+        @Override
+        public Product2<Object, Object> next() {
+            if (!hasNext()) {
+                throw new NoSuchElementException();
             }
-        };
+            metrics.incRecordsRead(1);
+            return current.next();
+        }
+
+        private Iterator<Tuple2<Object, Object>> openLocal(Origin o) {
+            try {
+                ManagedBuffer data = manager.shuffleBlockResolver().getBlockData(o.blockId(), Option.empty());
+                localStream = data.createInputStream();
+                metrics.incLocalBlocksFetched(1);
+                metrics.incLocalBytesRead(data.size());
+                return SparkInterop.records(env.serializerManager(), dep.serializer(), o.blockId(), localStream);
+            } catch (IOException | RuntimeException e) {
+                throw fetchFailed(o, new FetchFailure(null, "cannot read local block " + o.blockId() + ": "
+                        + e.getMessage(), e));
+            }
+        }
+
+        private Iterator<Tuple2<Object, Object>> nextRemote() {
+            long t0 = System.nanoTime();
+            try {
+                block = fetcher.next();
+            } catch (FetchFailure f) {
+                Origin o = f.request() == null ? origins.values().iterator().next() : origins.get(f.request());
+                rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
+                throw fetchFailed(o, f);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IllegalStateException("interrupted while fetching shuffle blocks", e);
+            } finally {
+                metrics.incFetchWaitTime(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0));
+            }
+            Origin o = origins.get(block.request());
+            metrics.incRemoteBlocksFetched(1);
+            metrics.incRemoteBytesRead(block.length());
+            return SparkInterop.records(env.serializerManager(), dep.serializer(), o.blockId(),
+                    new ByteBufferInputStream(block.bytes()));
+        }
+
+        private void releaseCurrent() {
+            current = null;
+            if (block != null) {
+                block.close();
+                block = null;
+            }
+            if (localStream != null) {
+                try {
+                    localStream.close();
+                } catch (IOException e) {
+                    LOG.debug("closing a local shuffle block's stream failed", e);
+                }
+                localStream = null;
+            }
+        }
+
+        /** Releases everything and merges the metrics into the task's; safe to call again. */
+        private void finish() {
+            if (finished) {
+                return;
+            }
+            finished = true;
+            releaseCurrent();
+            fetcher.close();
+            rt.addControlBytesRead(fetcher.controlBytesRead());
+            context.taskMetrics().mergeShuffleReadMetrics();
+        }
+    }
+
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    private Iterator<Product2<K, C>> decodeAndCombine(Iterator<Product2<Object, Object>> records) {
+        ShuffleDependency<K, Object, C> dep = handle.dependency();
         Iterator<Product2<K, C>> result;
         if (dep.aggregator().isDefined()) {
             if (dep.mapSideCombine()) {

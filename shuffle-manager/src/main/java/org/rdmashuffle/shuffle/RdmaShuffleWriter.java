@@ -42,9 +42,12 @@ final class RdmaShuffleWriter<K, V> extends ShuffleWriter<K, V> {
             for (int i = 0; i < lengths.length; i++) {
                 offsets[i + 1] = offsets[i] + lengths[i];
             }
+            ExecutorRuntime rt = manager.runtime();
+            if (rt == null) {
+                return status; // this executor fell back (logged once): readers use Spark's reader for it
+            }
             File data = manager.dataFile(handle.shuffleId(), mapId);
             try {
-                ExecutorRuntime rt = manager.runtime();
                 MapOutputLayout layout = new MapOutputLayout(offsets, rt.conf.maxRegionSizeBytes());
                 rt.table(handle.shuffleId(), handle.numMaps())
                         .publish(mapIndex, mapId, RegisteredMapOutput.register(rt.node, data.toPath(), layout));

@@ -24,7 +24,15 @@ public final class SparkInterop {
     public static <K, V> scala.collection.Iterator<Tuple2<K, V>> records(SerializerManager serializerManager,
                                                                         Serializer serializer, BlockId blockId,
                                                                         ByteBuffer bytes) {
-        java.io.InputStream in = serializerManager.wrapStream(blockId, new ByteBufferInputStream(bytes));
+        return records(serializerManager, serializer, blockId, new ByteBufferInputStream(bytes));
+    }
+
+    /** As {@link #records(SerializerManager, Serializer, BlockId, ByteBuffer)}, from a stream (a local block). */
+    @SuppressWarnings("unchecked")
+    public static <K, V> scala.collection.Iterator<Tuple2<K, V>> records(SerializerManager serializerManager,
+                                                                        Serializer serializer, BlockId blockId,
+                                                                        java.io.InputStream stream) {
+        java.io.InputStream in = serializerManager.wrapStream(blockId, stream);
         Object it = serializer.newInstance().deserializeStream(in).asKeyValueIterator();
         return (scala.collection.Iterator<Tuple2<K, V>>) it;
     }

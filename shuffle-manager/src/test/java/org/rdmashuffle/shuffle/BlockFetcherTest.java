@@ -57,7 +57,7 @@ class BlockFetcherTest {
             Map<String, BlockFetcher.Request> wanted = new HashMap<>();
             for (int m = 0; m < MAPS; m++) {
                 for (int[] range : new int[][] {{0, 1}, {1, 3}, {2, 3}, {0, PARTS}, {3, 5}}) {
-                    BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), m,
+                    BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), m, m,
                             range[0], range[1]);
                     wanted.put(m + ":" + range[0] + "-" + range[1], r);
                     fetcher.add(r);
@@ -97,7 +97,7 @@ class BlockFetcherTest {
              BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
             RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
             ShuffleOutputTable table = publish(executor, dir);
-            BlockFetcher.Request missing = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), MAPS,
+            BlockFetcher.Request missing = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), MAPS, -1,
                     0, 1);
             fetcher.add(missing);
             FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
@@ -105,12 +105,12 @@ class BlockFetcherTest {
             assertTrue(f.getMessage().contains("map output not registered"), f.getMessage());
             assertTrue(f.getMessage().contains("map index " + MAPS), f.getMessage());
 
-            BlockFetcher.Request good = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1, 0, 1);
+            BlockFetcher.Request good = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1, 1, 0, 1);
             fetcher.add(good);
             fetcher.next().close();
             table.close();
             executor.close();
-            BlockFetcher.Request lost = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1, 1, 3);
+            BlockFetcher.Request lost = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1, 1, 1, 3);
             fetcher.add(lost); // metadata is cached, so this goes straight to the (gone) peer's data
             FetchFailure g = assertThrows(FetchFailure.class, fetcher::next);
             assertEquals(lost, g.request());

@@ -22,4 +22,13 @@ final class ShuffleJobs {
         }
         return groups;
     }
+
+    /** Every message in {@code e}'s cause chain, for asserting what a user would read. */
+    static String messages(Throwable e) {
+        StringBuilder b = new StringBuilder();
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            b.append(t).append(" | ");
+        }
+        return b.toString();
+    }
 }

@@ -1,0 +1,182 @@
+package org.rdmashuffle.shuffle;
+
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import java.io.File;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeoutException;
+import java.util.stream.IntStream;
+import org.apache.spark.FetchFailed;
+import org.apache.spark.SparkConf;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.executor.ShuffleReadMetrics;
+import org.apache.spark.executor.TaskMetrics;
+import org.apache.spark.scheduler.SparkListener;
+import org.apache.spark.scheduler.SparkListenerStageCompleted;
+import org.apache.spark.scheduler.SparkListenerTaskEnd;
+import org.apache.spark.sql.SparkSession;
+
+/**
+ * A real Spark application in {@code local-cluster[2,1,1024]} (two executor JVMs) for the tests,
+ * with a listener that keeps every stage's shuffle metrics and every fetch failure, and a probe
+ * that asks each executor what its shuffle manager holds.
+ */
+final class LocalCluster implements AutoCloseable {
+    static final int EXECUTORS = 2;
+
+    /** A finished stage's shuffle metrics. */
+    record StageShuffle(int stageId, int attempt, long bytesWritten, long recordsWritten, long remoteBytesRead,
+                        long localBytesRead, long remoteBlocks, long localBlocks, long recordsRead,
+                        long fetchWaitMs) {
+    }
+
+    /** What one executor reported to {@link #probe()}. */
+    record ExecutorProbe(String executorId, RdmaShuffleManager.ExecutorStats stats, List<String> shuffleFiles)
+            implements Serializable {
+        private static final long serialVersionUID = 1L;
+
+        static ExecutorProbe take() {
+            SparkEnv env = SparkEnv.get();
+            List<String> files = new ArrayList<>();
+            for (File dir : env.blockManager().diskBlockManager().localDirs()) {
+                collectShuffleFiles(dir, files);
+            }
+            RdmaShuffleManager.ExecutorStats stats = env.shuffleManager() instanceof RdmaShuffleManager m
+                    ? m.executorStats().orElse(null) : null;
+            return new ExecutorProbe(env.executorId(), stats, files);
+        }
+
+        private static void collectShuffleFiles(File f, List<String> out) {
+            File[] children = f.listFiles();
+            if (children == null) {
+                if (f.getName().startsWith("shuffle_")) {
+                    out.add(f.getName());
+                }
+                return;
+            }
+            for (File c : children) {
+                collectShuffleFiles(c, out);
+            }
+        }
+    }
+
+    /** Keeps stage metrics and fetch failures; read after {@link #drainEvents()}. */
+    static final class Recorder extends SparkListener {
+        final List<StageShuffle> stages = new CopyOnWriteArrayList<>();
+        final List<FetchFailed> fetchFailures = new CopyOnWriteArrayList<>();
+
+        @Override
+        public void onStageCompleted(SparkListenerStageCompleted e) {
+            TaskMetrics m = e.stageInfo().taskMetrics();
+            if (m == null) {
+                return;
+            }
+            ShuffleReadMetrics r = m.shuffleReadMetrics();
+            stages.add(new StageShuffle(e.stageInfo().stageId(), e.stageInfo().attemptNumber(),
+                    m.shuffleWriteMetrics().bytesWritten(), m.shuffleWriteMetrics().recordsWritten(),
+                    r.remoteBytesRead(), r.localBytesRead(), r.remoteBlocksFetched(), r.localBlocksFetched(),
+                    r.recordsRead(), r.fetchWaitTime()));
+        }
+
+        @Override
+        public void onTaskEnd(SparkListenerTaskEnd e) {
+            if (e.reason() instanceof FetchFailed f) {
+                fetchFailures.add(f);
+            }
+        }
+    }
+
+    final SparkSession spark;
+    final JavaSparkContext sc;
+    final Recorder recorder = new Recorder();
+
+    /** Skips the calling test when the SPARK_HOME the build assembles is missing. */
+    static void assumeSparkHome() {
+        String home = System.getenv("SPARK_HOME");
+        assumeTrue(home != null && new File(home, "jars").isDirectory(),
+                "SPARK_HOME with Spark's jars/ is missing (the build assembles it under shuffle-manager/target)");
+    }
+
+    /** The base configuration: two executor JVMs, our classes on their class path, the tcp provider. */
+    static SparkConf conf(boolean rdma) {
+        SparkConf conf = new SparkConf().setMaster("local-cluster[" + EXECUTORS + ",1,1024]")
+                .setAppName("rdma-shuffle-test")
+                .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
+                .set("spark.driver.bindAddress", "127.0.0.1")
+                .set("spark.executor.extraClassPath", System.getProperty("rdma.test.classpath"))
+                .set("spark.shuffle.rdma.provider", "tcp");
+        if (rdma) {
+            conf.set("spark.shuffle.manager", RdmaShuffleManager.class.getName());
+        }
+        return conf;
+    }
+
+    LocalCluster(SparkConf conf) {
+        assumeSparkHome();
+        this.spark = SparkSession.builder().config(conf).getOrCreate();
+        this.sc = JavaSparkContext.fromSparkContext(spark.sparkContext());
+        try {
+            // Fail fast when executors cannot start (a standalone master would relaunch them forever).
+            long deadline = System.nanoTime() + 90_000_000_000L;
+            while (sc.sc().getExecutorMemoryStatus().size() < EXECUTORS + 1) {
+                if (System.nanoTime() > deadline) {
+                    throw new AssertionError("executors did not register within 90 s; see "
+                            + System.getenv("SPARK_HOME") + "/work/*/*/stderr");
+                }
+                Thread.sleep(200);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            close();
+            throw new AssertionError(e);
+        } catch (RuntimeException | Error e) {
+            close();
+            throw e;
+        }
+        sc.sc().addSparkListener(recorder);
+    }
+
+    /** Waits until the listener has seen every event posted so far. */
+    void drainEvents() {
+        try {
+            sc.sc().listenerBus().waitUntilEmpty(30_000);
+        } catch (TimeoutException e) {
+            throw new AssertionError("listener events not delivered within 30 s", e);
+        }
+    }
+
+    /** Stages completed from index {@code from} of the recorder's list on. */
+    List<StageShuffle> stagesSince(int from) {
+        drainEvents();
+        return new ArrayList<>(recorder.stages.subList(from, recorder.stages.size()));
+    }
+
+    /** Every executor's report, keyed by executor id (tasks are spread until each executor answered). */
+    Map<String, ExecutorProbe> probe() {
+        Map<String, ExecutorProbe> byExecutor = new TreeMap<>();
+        for (int round = 0; round < 20 && byExecutor.size() < EXECUTORS; round++) {
+            List<Integer> slots = IntStream.range(0, 8 * EXECUTORS).boxed().toList();
+            for (ExecutorProbe p : sc.parallelize(slots, slots.size())
+                    .mapPartitions(it -> List.of(ExecutorProbe.take()).iterator()).collect()) {
+                byExecutor.put(p.executorId(), p);
+            }
+        }
+        if (byExecutor.size() < EXECUTORS) {
+            throw new AssertionError("probe reached only executors " + byExecutor.keySet());
+        }
+        return byExecutor;
+    }
+
+    @Override
+    public void close() {
+        spark.stop();
+        SparkSession.clearActiveSession();
+        SparkSession.clearDefaultSession();
+    }
+}
