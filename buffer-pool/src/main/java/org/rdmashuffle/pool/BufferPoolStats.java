@@ -21,5 +21,7 @@ package org.rdmashuffle.pool;
  */
 public record BufferPoolStats(long registeredBytes, long inUseBytes, long inUseBuffers, long acquires, long releases,
                               long hits, long threadCacheHits, long misses, long registrations, long deregistrations,
-                              long waits, long timeouts, long leaksDetected) {
+                              long waits, long timeouts, long leaksDetected) implements java.io.Serializable {
+    private static final long serialVersionUID = 1L;
+
 }

@@ -14,5 +14,7 @@ package org.rdmashuffle.transport;
  * @param openChannels channels this node opened that are open now
  */
 public record NodeStats(long readsCompleted, long readsFailed, long bytesRead, long readsServed, long readsRefused,
-                        long bytesServed, int registeredRegions, long registeredBytes, int openChannels) {
+                        long bytesServed, int registeredRegions, long registeredBytes, int openChannels) implements java.io.Serializable {
+    private static final long serialVersionUID = 1L;
+
 }

@@ -2,7 +2,12 @@ package org.rdmashuffle.shuffle;
 
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
 import java.io.File;
+import java.io.IOException;
+import java.io.ObjectInputStream;
+import java.io.ObjectOutputStream;
 import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.List;
@@ -162,8 +167,10 @@ final class LocalCluster implements AutoCloseable {
         Map<String, ExecutorProbe> byExecutor = new TreeMap<>();
         for (int round = 0; round < 20 && byExecutor.size() < EXECUTORS; round++) {
             List<Integer> slots = IntStream.range(0, 8 * EXECUTORS).boxed().toList();
-            for (ExecutorProbe p : sc.parallelize(slots, slots.size())
-                    .mapPartitions(it -> List.of(ExecutorProbe.take()).iterator()).collect()) {
+            // Java-serialised by hand: records are beyond Kryo when it is the configured serializer.
+            for (byte[] bytes : sc.parallelize(slots, slots.size())
+                    .mapPartitions(it -> List.of(javaSerialize(ExecutorProbe.take())).iterator()).collect()) {
+                ExecutorProbe p = javaDeserialize(bytes);
                 byExecutor.put(p.executorId(), p);
             }
         }
@@ -171,6 +178,23 @@ final class LocalCluster implements AutoCloseable {
             throw new AssertionError("probe reached only executors " + byExecutor.keySet());
         }
         return byExecutor;
+    }
+
+    static byte[] javaSerialize(Serializable o) throws IOException {
+        ByteArrayOutputStream b = new ByteArrayOutputStream();
+        try (ObjectOutputStream out = new ObjectOutputStream(b)) {
+            out.writeObject(o);
+        }
+        return b.toByteArray();
+    }
+
+    @SuppressWarnings("unchecked")
+    static <T> T javaDeserialize(byte[] bytes) {
+        try (ObjectInputStream in = new ObjectInputStream(new ByteArrayInputStream(bytes))) {
+            return (T) in.readObject();
+        } catch (IOException | ClassNotFoundException e) {
+            throw new AssertionError("cannot read an executor's probe", e);
+        }
     }
 
     @Override

@@ -1,0 +1,231 @@
+package org.rdmashuffle.examples;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.concurrent.TimeoutException;
+import org.apache.spark.SparkConf;
+import org.apache.spark.api.java.JavaPairRDD;
+import org.apache.spark.api.java.JavaSparkContext;
+
+/**
+ * The main job: TeraSort on an embedded {@code local-cluster} (separate executor JVMs, so blocks
+ * cross processes) under Spark's sort shuffle and under rdma-shuffle, alternately (A B A B …), each
+ * run validated (global order, record count, checksum equal to the generated data's) and the two
+ * managers' outputs compared partition by partition. Prints one row per run and the medians with
+ * their ratio, and writes them as CSV and Markdown to the output folder.
+ *
+ * <p>Options: {@code --records N} (default 1,000,000 × 100 bytes), {@code --partitions P} (8),
+ * {@code --rounds R} (2), {@code --master URL} (local-cluster[2,1,1024]), {@code --jars a.jar,b.jar}
+ * (what executors load: this module's jar and rdma-shuffle's), {@code --out DIR}; any
+ * {@code --conf k=v} is set on both managers' runs.
+ */
+public final class ShuffleComparison {
+    private static final String RDMA_MANAGER = "org.rdmashuffle.shuffle.RdmaShuffleManager";
+
+    /** One run's measurements. */
+    record Run(int round, String manager, double jobSeconds, double reduceStageSeconds, long shuffleWritten,
+               long remoteRead, long localRead, double fetchWaitSeconds, double executorCpuSeconds, double gcSeconds,
+               List<String> output) {
+    }
+
+    private ShuffleComparison() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        long records = 1_000_000;
+        int partitions = 8;
+        int rounds = 2;
+        String master = "local-cluster[2,1,1024]";
+        String jars = "";
+        Path out = Path.of("examples/target/comparison");
+        List<String[]> extra = new ArrayList<>();
+        for (int i = 0; i < args.length; i++) {
+            String a = args[i];
+            String v = i + 1 < args.length ? args[i + 1] : null;
+            if (v == null) {
+                usage("missing value for " + a);
+            }
+            switch (a) {
+                case "--records" -> records = Long.parseLong(v);
+                case "--partitions" -> partitions = Integer.parseInt(v);
+                case "--rounds" -> rounds = Integer.parseInt(v);
+                case "--master" -> master = v;
+                case "--jars" -> jars = v;
+                case "--out" -> out = Path.of(v);
+                case "--conf" -> {
+                    int eq = v.indexOf('=');
+                    if (eq <= 0) {
+                        usage("--conf takes key=value, not " + v);
+                    }
+                    extra.add(new String[] {v.substring(0, eq), v.substring(eq + 1)});
+                }
+                default -> usage("unknown option " + a);
+            }
+            i++;
+        }
+        if (records <= 0 || partitions <= 0 || rounds <= 0) {
+            usage("--records, --partitions and --rounds must be positive");
+        }
+        System.out.printf(Locale.ROOT, "TeraSort of %,d records (%,d MB) in %d partitions on %s, %d round(s) of "
+                + "sort shuffle vs rdma-shuffle%n", records, records * 100 / 1_000_000, partitions, master, rounds);
+        List<Run> runs = new ArrayList<>();
+        for (int r = 1; r <= rounds; r++) {
+            for (boolean rdma : new boolean[] {false, true}) {
+                Run run = runOnce(r, rdma, master, jars, extra, records, partitions);
+                runs.add(run);
+                System.out.println(row(run));
+            }
+        }
+        List<String> reference = runs.get(0).output();
+        for (Run run : runs) {
+            if (!run.output().equals(reference)) {
+                throw new IllegalStateException("round " + run.round() + " on " + run.manager()
+                        + " sorted into different partitions than round 1 on sort shuffle");
+            }
+        }
+        String table = table(runs);
+        System.out.println();
+        System.out.println(table);
+        Files.createDirectories(out);
+        Files.writeString(out.resolve("terasort.md"), table);
+        Files.writeString(out.resolve("terasort.csv"), csv(runs));
+        System.out.println("results identical across managers; written to " + out.toAbsolutePath());
+    }
+
+    private static void usage(String problem) {
+        System.err.println(problem);
+        System.err.println("usage: ShuffleComparison [--records N] [--partitions P] [--rounds R] [--master URL] "
+                + "[--jars a.jar,b.jar] [--out DIR] [--conf key=value]...");
+        System.exit(2);
+    }
+
+    private static Run runOnce(int round, boolean rdma, String master, String jars, List<String[]> extra,
+                               long records, int partitions) throws TimeoutException {
+        SparkConf conf = new SparkConf().setMaster(master).setAppName("terasort-" + (rdma ? "rdma" : "sort"))
+                .set("spark.ui.enabled", "false")
+                .set("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
+                .set("spark.kryo.classesToRegister", "[B")
+                .set("spark.executor.memory", "1g");
+        if (!jars.isEmpty()) {
+            conf.set("spark.jars", jars);
+        }
+        for (String[] kv : extra) {
+            conf.set(kv[0], kv[1]);
+        }
+        if (rdma) {
+            conf.set("spark.shuffle.manager", RDMA_MANAGER);
+        }
+        String manager = rdma ? "rdma" : "sort";
+        try (JavaSparkContext sc = new JavaSparkContext(conf)) {
+            waitForExecutors(sc, master);
+            StageRecorder recorder = new StageRecorder();
+            sc.sc().addSparkListener(recorder);
+            long seed = 42;
+            long expectedChecksum = TeraRecords.generate(sc, records, partitions, seed)
+                    .map(t -> TeraRecords.crc(t._1(), t._2())).reduce(Long::sum);
+            sc.sc().listenerBus().waitUntilEmpty(30_000);
+            int firstStage = recorder.stages.size();
+            long t0 = System.nanoTime();
+            JavaPairRDD<byte[], byte[]> sorted = TeraRecords.generate(sc, records, partitions, seed)
+                    .sortByKey(new TeraRecords.KeyOrder(), true, partitions);
+            List<TeraRecords.PartitionDigest> digests = sorted
+                    .mapPartitionsWithIndex((i, it) -> List.of(TeraRecords.PartitionDigest.of(i, it)).iterator(), true)
+                    .collect();
+            double jobSeconds = (System.nanoTime() - t0) / 1e9;
+            List<String> problems = TeraRecords.validate(digests, records, expectedChecksum);
+            if (!problems.isEmpty()) {
+                throw new IllegalStateException("TeraValidate failed on " + manager + ": " + problems);
+            }
+            sc.sc().listenerBus().waitUntilEmpty(30_000);
+            List<StageRecorder.Stage> stages = recorder.stages.subList(firstStage, recorder.stages.size());
+            StageRecorder.Stage reduce = stages.stream().filter(StageRecorder.Stage::readsShuffle)
+                    .reduce((a, b) -> b).orElseThrow(() -> new IllegalStateException("no stage read a shuffle"));
+            long written = stages.stream().mapToLong(StageRecorder.Stage::bytesWritten).sum();
+            long cpu = stages.stream().mapToLong(StageRecorder.Stage::executorCpuMs).sum();
+            long gc = stages.stream().mapToLong(StageRecorder.Stage::gcMs).sum();
+            return new Run(round, manager, jobSeconds, reduce.durationMs() / 1e3, written, reduce.remoteBytesRead(),
+                    reduce.localBytesRead(), reduce.fetchWaitMs() / 1e3, cpu / 1e3, gc / 1e3,
+                    digests.stream().map(TeraRecords.PartitionDigest::summary).toList());
+        }
+    }
+
+    private static void waitForExecutors(JavaSparkContext sc, String master) {
+        if (!master.startsWith("local-cluster[")) {
+            return;
+        }
+        int wanted = Integer.parseInt(master.substring("local-cluster[".length()).split(",")[0].trim());
+        long deadline = System.nanoTime() + 120_000_000_000L;
+        while (sc.sc().getExecutorMemoryStatus().size() < wanted + 1) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("executors did not register within 120 s; see "
+                        + System.getenv("SPARK_HOME") + "/work/*/*/stderr");
+            }
+            try {
+                Thread.sleep(200);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IllegalStateException(e);
+            }
+        }
+    }
+
+    private static final String[] COLUMNS = {"round", "manager", "job s", "reduce stage s", "shuffle written MB",
+        "remote read MB", "local read MB", "fetch wait s", "executor CPU s", "GC s"};
+
+    private static String[] cells(Run r) {
+        return new String[] {Integer.toString(r.round()), r.manager(), f(r.jobSeconds()), f(r.reduceStageSeconds()),
+            mb(r.shuffleWritten()), mb(r.remoteRead()), mb(r.localRead()), f(r.fetchWaitSeconds()),
+            f(r.executorCpuSeconds()), f(r.gcSeconds())};
+    }
+
+    private static String f(double v) {
+        return String.format(Locale.ROOT, "%.2f", v);
+    }
+
+    private static String mb(long bytes) {
+        return String.format(Locale.ROOT, "%.1f", bytes / 1e6);
+    }
+
+    private static String row(Run r) {
+        return "| " + String.join(" | ", cells(r)) + " |";
+    }
+
+    private static double median(List<Run> runs, String manager, java.util.function.ToDoubleFunction<Run> f) {
+        double[] v = runs.stream().filter(r -> r.manager().equals(manager)).mapToDouble(f).sorted().toArray();
+        return v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+    }
+
+    static String table(List<Run> runs) {
+        StringBuilder b = new StringBuilder();
+        b.append("| ").append(String.join(" | ", COLUMNS)).append(" |\n");
+        b.append("|").append(" --- |".repeat(COLUMNS.length)).append('\n');
+        for (Run r : runs) {
+            b.append(row(r)).append('\n');
+        }
+        b.append("\n| median | sort | rdma | rdma / sort |\n| --- | --- | --- | --- |\n");
+        List<String> names = List.of("job s", "reduce stage s", "fetch wait s", "executor CPU s", "GC s");
+        List<java.util.function.ToDoubleFunction<Run>> fs = List.of(Run::jobSeconds, Run::reduceStageSeconds,
+                Run::fetchWaitSeconds, Run::executorCpuSeconds, Run::gcSeconds);
+        for (int i = 0; i < names.size(); i++) {
+            double s = median(runs, "sort", fs.get(i));
+            double r = median(runs, "rdma", fs.get(i));
+            b.append("| ").append(names.get(i)).append(" | ").append(f(s)).append(" | ").append(f(r)).append(" | ")
+                    .append(s == 0 ? "n/a" : f(r / s)).append(" |\n");
+        }
+        return b.toString();
+    }
+
+    static String csv(List<Run> runs) {
+        StringBuilder b = new StringBuilder(String.join(",", Arrays.stream(COLUMNS)
+                .map(c -> c.replace(' ', '_')).toList())).append('\n');
+        for (Run r : runs) {
+            b.append(String.join(",", cells(r))).append('\n');
+        }
+        return b.toString();
+    }
+}
