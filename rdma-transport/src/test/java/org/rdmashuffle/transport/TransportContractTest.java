@@ -346,6 +346,33 @@ public abstract class TransportContractTest {
 
     @Test
     @Timeout(30)
+    void shouldConnectOnALaterAttemptWhenThePeerStartsListeningDuringRetries() throws Exception {
+        int port;
+        try (ServerSocket s = new ServerSocket(0)) {
+            port = s.getLocalPort();
+        }
+        RdmaNode n = open(Map.of("spark.shuffle.rdma.connectTimeout", "2s", "spark.shuffle.rdma.connectRetries", "20",
+                "spark.shuffle.rdma.connectRetryWait", "100ms"));
+        NodeAddress later = new NodeAddress("127.0.0.1", port, n.localAddress().provider());
+        java.util.concurrent.CompletableFuture<RdmaChannel> connecting =
+                java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+                    try {
+                        return n.connect(later);
+                    } catch (TransportException e) {
+                        throw new java.util.concurrent.CompletionException(e);
+                    }
+                });
+        Thread.sleep(350); // a few attempts fail with "connection refused" first
+        assertFalse(connecting.isDone(), "connect gave up (or succeeded) before the peer listened");
+        RdmaNode peer = open(Map.of("spark.shuffle.rdma.port", Integer.toString(port),
+                "spark.shuffle.rdma.port.maxRetries", "0"));
+        assertEquals(port, peer.localAddress().port());
+        RdmaChannel ch = connecting.get(10, TimeUnit.SECONDS);
+        assertEquals(later, ch.peer());
+    }
+
+    @Test
+    @Timeout(30)
     void shouldAnswerControlMessagesAndReportHandlerFailure() throws Exception {
         RdmaChannel ch = client.connect(server.localAddress());
         ByteBuffer reply = ch.call(ByteBuffer.wrap("directory?".getBytes(StandardCharsets.UTF_8)))
