@@ -74,6 +74,7 @@ public final class ShuffleComparison {
         System.out.printf(Locale.ROOT, "TeraSort of %,d records (%,d MB) in %d partitions on %s, %d round(s) of "
                 + "sort shuffle vs rdma-shuffle%n", records, records * 100 / 1_000_000, partitions, master, rounds);
         List<Run> runs = new ArrayList<>();
+        System.out.println(header());
         for (int r = 1; r <= rounds; r++) {
             for (boolean rdma : new boolean[] {false, true}) {
                 Run run = runOnce(r, rdma, master, jars, extra, records, partitions);
@@ -200,10 +201,12 @@ public final class ShuffleComparison {
         return v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
     }
 
+    private static String header() {
+        return "| " + String.join(" | ", COLUMNS) + " |\n|" + " --- |".repeat(COLUMNS.length);
+    }
+
     static String table(List<Run> runs) {
-        StringBuilder b = new StringBuilder();
-        b.append("| ").append(String.join(" | ", COLUMNS)).append(" |\n");
-        b.append("|").append(" --- |".repeat(COLUMNS.length)).append('\n');
+        StringBuilder b = new StringBuilder(header()).append('\n');
         for (Run r : runs) {
             b.append(row(r)).append('\n');
         }

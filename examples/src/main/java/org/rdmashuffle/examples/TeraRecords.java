@@ -76,11 +76,49 @@ public final class TeraRecords {
 
     /**
      * One sorted partition: its record count, checksum sum, first and last key, and whether its
-     * keys were in order.
+     * keys were in order. (A class, not a record: Kryo, the job's serializer, cannot build records.)
      */
-    public record PartitionDigest(int partition, long count, long checksum, byte[] firstKey, byte[] lastKey,
-                                  boolean ordered) implements Serializable {
+    public static final class PartitionDigest implements Serializable {
         private static final long serialVersionUID = 1L;
+        private final int partition;
+        private final long count;
+        private final long checksum;
+        private final byte[] firstKey;
+        private final byte[] lastKey;
+        private final boolean ordered;
+
+        PartitionDigest(int partition, long count, long checksum, byte[] firstKey, byte[] lastKey, boolean ordered) {
+            this.partition = partition;
+            this.count = count;
+            this.checksum = checksum;
+            this.firstKey = firstKey;
+            this.lastKey = lastKey;
+            this.ordered = ordered;
+        }
+
+        public int partition() {
+            return partition;
+        }
+
+        public long count() {
+            return count;
+        }
+
+        public long checksum() {
+            return checksum;
+        }
+
+        public byte[] firstKey() {
+            return firstKey;
+        }
+
+        public byte[] lastKey() {
+            return lastKey;
+        }
+
+        public boolean ordered() {
+            return ordered;
+        }
 
         /** Digests partition {@code index} of a sorted data set. */
         public static PartitionDigest of(int index, Iterator<Tuple2<byte[], byte[]>> it) {

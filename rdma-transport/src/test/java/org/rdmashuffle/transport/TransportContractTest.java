@@ -56,6 +56,13 @@ public abstract class TransportContractTest {
         return n;
     }
 
+    /** A loopback port nothing listens on (free a moment ago). */
+    private static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+
     protected RdmaNode open(Map<String, String> settings) throws IOException {
         return open(settings, NodeOptions.loopback().withControlHandler(req -> {
             byte[] b = new byte[req.remaining()];
@@ -329,10 +336,7 @@ public abstract class TransportContractTest {
     @Test
     @Timeout(30)
     void shouldFailClearlyWithinConnectTimeoutWhenNothingListens() throws Exception {
-        int port;
-        try (ServerSocket s = new ServerSocket(0)) {
-            port = s.getLocalPort();
-        }
+        int port = freePort();
         RdmaNode n = open(Map.of("spark.shuffle.rdma.connectTimeout", "2s", "spark.shuffle.rdma.connectRetries", "1",
                 "spark.shuffle.rdma.connectRetryWait", "100ms"));
         NodeAddress nowhere = new NodeAddress("127.0.0.1", port, n.localAddress().provider());
@@ -347,10 +351,7 @@ public abstract class TransportContractTest {
     @Test
     @Timeout(30)
     void shouldConnectOnALaterAttemptWhenThePeerStartsListeningDuringRetries() throws Exception {
-        int port;
-        try (ServerSocket s = new ServerSocket(0)) {
-            port = s.getLocalPort();
-        }
+        int port = freePort();
         RdmaNode n = open(Map.of("spark.shuffle.rdma.connectTimeout", "2s", "spark.shuffle.rdma.connectRetries", "20",
                 "spark.shuffle.rdma.connectRetryWait", "100ms"));
         NodeAddress later = new NodeAddress("127.0.0.1", port, n.localAddress().provider());

@@ -47,12 +47,19 @@ public final class BlockFetcher implements AutoCloseable {
         private final Request request;
         private final RegisteredBuffer buffer;
         private final int length;
+        private final long readNanos;
         private boolean released;
 
-        Block(Request request, RegisteredBuffer buffer, int length) {
+        Block(Request request, RegisteredBuffer buffer, int length, long readNanos) {
             this.request = request;
             this.buffer = buffer;
             this.length = length;
+            this.readNanos = readNanos;
+        }
+
+        /** Time from posting the block's data READs to their last completion. */
+        public long readNanos() {
+            return readNanos;
         }
 
         public Request request() {
@@ -239,7 +246,7 @@ public final class BlockFetcher implements AutoCloseable {
             return;
         }
         if (bytes == 0) {
-            done.add(new Block(r, null, 0));
+            done.add(new Block(r, null, 0, 0));
             return;
         }
         if (bytes > Integer.MAX_VALUE - 8) {
@@ -273,6 +280,7 @@ public final class BlockFetcher implements AutoCloseable {
             at[0] += len;
         });
         int[] left = {batch.size()};
+        long posted = System.nanoTime();
         int[] firstError = {ReadStatus.SUCCESS};
         try {
             ch.post(batch, (id, st, len) -> {
@@ -281,7 +289,7 @@ public final class BlockFetcher implements AutoCloseable {
                 }
                 if (--left[0] == 0) {
                     if (firstError[0] == ReadStatus.SUCCESS) {
-                        done.add(new Block(r, b, bytes));
+                        done.add(new Block(r, b, bytes, System.nanoTime() - posted));
                     } else {
                         b.release();
                         releaseBudget(bytes);

@@ -221,6 +221,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             Origin o = origins.get(block.request());
             metrics.incRemoteBlocksFetched(1);
             metrics.incRemoteBytesRead(block.length());
+            metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
             return SparkInterop.records(env.serializerManager(), dep.serializer(), o.blockId(),
                     new ByteBufferInputStream(block.bytes()));
         }
