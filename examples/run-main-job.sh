@@ -10,8 +10,10 @@ if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
   echo "needs a JDK (17+) and Maven; on Debian: apt-get install -y openjdk-17-jdk-headless maven" >&2
   exit 1
 fi
-echo "building (mvn package, tests skipped)..."
-mvn -B -ntp -q -DskipTests -pl examples -am package
+if [ "${RDMA_SKIP_BUILD:-0}" != 1 ]; then
+  echo "building (mvn package, tests skipped)..."
+  mvn -B -ntp -q -DskipTests -pl examples -am package
+fi
 version=$(sed -n 's:.*<version>\(.*\)</version>.*:\1:p' pom.xml | head -1)
 examples_jar="$root/examples/target/rdma-shuffle-examples-$version.jar"
 rdma_jar="$root/shuffle-manager/target/rdma-shuffle-manager-$version-spark.jar"
@@ -27,7 +29,7 @@ opens="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.la
  --add-opens=java.base/sun.security.action=ALL-UNNAMED --add-opens=java.base/sun.util.calendar=ALL-UNNAMED
  -Dio.netty.tryReflectionSetAccessible=true"
 # shellcheck disable=SC2086
-exec java -Xmx2g $opens \
+exec java -Xmx2g -Djava.awt.headless=true $opens \
   -Dspark.driver.host="$SPARK_LOCAL_IP" -Dspark.driver.bindAddress="$SPARK_LOCAL_IP" \
-  -cp "$examples_jar:$rdma_jar:$SPARK_HOME/jars/*" \
+  -cp "$examples_jar:$rdma_jar:$root/examples/target/lib/*:$SPARK_HOME/jars/*" \
   org.rdmashuffle.examples.ShuffleComparison --jars "$examples_jar,$rdma_jar" "$@"

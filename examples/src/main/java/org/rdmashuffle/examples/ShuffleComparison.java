@@ -1,10 +1,7 @@
 package org.rdmashuffle.examples;
 
-import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.TimeoutException;
@@ -20,18 +17,13 @@ import org.apache.spark.api.java.JavaSparkContext;
  * their ratio, and writes them as CSV and Markdown to the output folder.
  *
  * <p>Options: {@code --records N} (default 1,000,000 × 100 bytes), {@code --partitions P} (8),
- * {@code --rounds R} (2), {@code --master URL} (local-cluster[2,1,1024]), {@code --jars a.jar,b.jar}
+ * {@code --rounds R} (2), {@code --master URL} (local-cluster[2,1,1024]), {@code --executors N}
+ * (on another master: wait for that many executors first), {@code --jars a.jar,b.jar}
  * (what executors load: this module's jar and rdma-shuffle's), {@code --out DIR}; any
  * {@code --conf k=v} is set on both managers' runs.
  */
 public final class ShuffleComparison {
     private static final String RDMA_MANAGER = "org.rdmashuffle.shuffle.RdmaShuffleManager";
-
-    /** One run's measurements. */
-    record Run(int round, String manager, double jobSeconds, double reduceStageSeconds, long shuffleWritten,
-               long remoteRead, long localRead, double fetchWaitSeconds, double executorCpuSeconds, double gcSeconds,
-               List<String> output) {
-    }
 
     private ShuffleComparison() {
     }
@@ -40,6 +32,7 @@ public final class ShuffleComparison {
         long records = 1_000_000;
         int partitions = 8;
         int rounds = 2;
+        int executors = 0;
         String master = "local-cluster[2,1,1024]";
         String jars = "";
         Path out = Path.of("examples/target/comparison");
@@ -55,6 +48,7 @@ public final class ShuffleComparison {
                 case "--partitions" -> partitions = Integer.parseInt(v);
                 case "--rounds" -> rounds = Integer.parseInt(v);
                 case "--master" -> master = v;
+                case "--executors" -> executors = Integer.parseInt(v);
                 case "--jars" -> jars = v;
                 case "--out" -> out = Path.of(v);
                 case "--conf" -> {
@@ -73,45 +67,50 @@ public final class ShuffleComparison {
         }
         System.out.printf(Locale.ROOT, "TeraSort of %,d records (%,d MB) in %d partitions on %s, %d round(s) of "
                 + "sort shuffle vs rdma-shuffle%n", records, records * 100 / 1_000_000, partitions, master, rounds);
-        List<Run> runs = new ArrayList<>();
-        System.out.println(header());
+        List<ComparisonReport.Run> runs = new ArrayList<>();
+        List<List<String>> outputs = new ArrayList<>();
+        System.out.println(ComparisonReport.header());
         for (int r = 1; r <= rounds; r++) {
             for (boolean rdma : new boolean[] {false, true}) {
-                Run run = runOnce(r, rdma, master, jars, extra, records, partitions);
+                List<String> output = new ArrayList<>();
+                ComparisonReport.Run run = runOnce(r, rdma, master, executors, jars, extra, records, partitions,
+                        output);
                 runs.add(run);
-                System.out.println(row(run));
+                outputs.add(output);
+                System.out.println(ComparisonReport.row(run));
             }
         }
-        List<String> reference = runs.get(0).output();
-        for (Run run : runs) {
-            if (!run.output().equals(reference)) {
-                throw new IllegalStateException("round " + run.round() + " on " + run.manager()
+        for (int i = 1; i < runs.size(); i++) {
+            if (!outputs.get(i).equals(outputs.get(0))) {
+                throw new IllegalStateException("round " + runs.get(i).round() + " on " + runs.get(i).manager()
                         + " sorted into different partitions than round 1 on sort shuffle");
             }
         }
-        String table = table(runs);
+        ComparisonReport report = new ComparisonReport("terasort", runs);
         System.out.println();
-        System.out.println(table);
-        Files.createDirectories(out);
-        Files.writeString(out.resolve("terasort.md"), table);
-        Files.writeString(out.resolve("terasort.csv"), csv(runs));
-        System.out.println("results identical across managers; written to " + out.toAbsolutePath());
+        System.out.println(report.markdown());
+        String problem = report.writeTo(out);
+        if (!problem.isEmpty()) {
+            System.err.println(problem);
+        }
+        System.out.println("results identical across managers; Markdown, CSV, JSON and chart in "
+                + out.toAbsolutePath());
     }
 
     private static void usage(String problem) {
         System.err.println(problem);
         System.err.println("usage: ShuffleComparison [--records N] [--partitions P] [--rounds R] [--master URL] "
-                + "[--jars a.jar,b.jar] [--out DIR] [--conf key=value]...");
+                + "[--executors N] [--jars a.jar,b.jar] [--out DIR] [--conf key=value]...");
         System.exit(2);
     }
 
-    private static Run runOnce(int round, boolean rdma, String master, String jars, List<String[]> extra,
-                               long records, int partitions) throws TimeoutException {
-        SparkConf conf = new SparkConf().setMaster(master).setAppName("terasort-" + (rdma ? "rdma" : "sort"))
+    private static ComparisonReport.Run runOnce(int round, boolean rdma, String master, int executors, String jars,
+                                                List<String[]> extra, long records, int partitions,
+                                                List<String> output) throws TimeoutException {
+        SparkConf conf = TeraSort.kryo(new SparkConf().setMaster(master)
+                .setAppName("terasort-" + (rdma ? "rdma" : "sort"))
                 .set("spark.ui.enabled", "false")
-                .set("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
-                .set("spark.kryo.classesToRegister", "[B")
-                .set("spark.executor.memory", "1g");
+                .set("spark.executor.memory", "1g"));
         if (!jars.isEmpty()) {
             conf.set("spark.jars", jars);
         }
@@ -123,7 +122,7 @@ public final class ShuffleComparison {
         }
         String manager = rdma ? "rdma" : "sort";
         try (JavaSparkContext sc = new JavaSparkContext(conf)) {
-            waitForExecutors(sc, master);
+            waitForExecutors(sc, master, executors);
             StageRecorder recorder = new StageRecorder();
             sc.sc().addSparkListener(recorder);
             long seed = 42;
@@ -149,17 +148,17 @@ public final class ShuffleComparison {
             long written = stages.stream().mapToLong(StageRecorder.Stage::bytesWritten).sum();
             long cpu = stages.stream().mapToLong(StageRecorder.Stage::executorCpuMs).sum();
             long gc = stages.stream().mapToLong(StageRecorder.Stage::gcMs).sum();
-            return new Run(round, manager, jobSeconds, reduce.durationMs() / 1e3, written, reduce.remoteBytesRead(),
-                    reduce.localBytesRead(), reduce.fetchWaitMs() / 1e3, cpu / 1e3, gc / 1e3,
-                    digests.stream().map(TeraRecords.PartitionDigest::summary).toList());
+            digests.forEach(d -> output.add(d.summary()));
+            return new ComparisonReport.Run(round, manager, jobSeconds, reduce.durationMs() / 1e3, written,
+                    reduce.remoteBytesRead(), reduce.localBytesRead(), reduce.fetchWaitMs() / 1e3, cpu / 1e3,
+                    gc / 1e3);
         }
     }
 
-    private static void waitForExecutors(JavaSparkContext sc, String master) {
-        if (!master.startsWith("local-cluster[")) {
-            return;
-        }
-        int wanted = Integer.parseInt(master.substring("local-cluster[".length()).split(",")[0].trim());
+    /** Waits for {@code executors} executors (for local-cluster: as many as its URL starts). */
+    private static void waitForExecutors(JavaSparkContext sc, String master, int executors) {
+        int wanted = master.startsWith("local-cluster[")
+                ? Integer.parseInt(master.substring("local-cluster[".length()).split(",")[0].trim()) : executors;
         long deadline = System.nanoTime() + 120_000_000_000L;
         while (sc.sc().getExecutorMemoryStatus().size() < wanted + 1) {
             if (System.nanoTime() > deadline) {
@@ -173,62 +172,5 @@ public final class ShuffleComparison {
                 throw new IllegalStateException(e);
             }
         }
-    }
-
-    private static final String[] COLUMNS = {"round", "manager", "job s", "reduce stage s", "shuffle written MB",
-        "remote read MB", "local read MB", "fetch wait s", "executor CPU s", "GC s"};
-
-    private static String[] cells(Run r) {
-        return new String[] {Integer.toString(r.round()), r.manager(), f(r.jobSeconds()), f(r.reduceStageSeconds()),
-            mb(r.shuffleWritten()), mb(r.remoteRead()), mb(r.localRead()), f(r.fetchWaitSeconds()),
-            f(r.executorCpuSeconds()), f(r.gcSeconds())};
-    }
-
-    private static String f(double v) {
-        return String.format(Locale.ROOT, "%.2f", v);
-    }
-
-    private static String mb(long bytes) {
-        return String.format(Locale.ROOT, "%.1f", bytes / 1e6);
-    }
-
-    private static String row(Run r) {
-        return "| " + String.join(" | ", cells(r)) + " |";
-    }
-
-    private static double median(List<Run> runs, String manager, java.util.function.ToDoubleFunction<Run> f) {
-        double[] v = runs.stream().filter(r -> r.manager().equals(manager)).mapToDouble(f).sorted().toArray();
-        return v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
-    }
-
-    private static String header() {
-        return "| " + String.join(" | ", COLUMNS) + " |\n|" + " --- |".repeat(COLUMNS.length);
-    }
-
-    static String table(List<Run> runs) {
-        StringBuilder b = new StringBuilder(header()).append('\n');
-        for (Run r : runs) {
-            b.append(row(r)).append('\n');
-        }
-        b.append("\n| median | sort | rdma | rdma / sort |\n| --- | --- | --- | --- |\n");
-        List<String> names = List.of("job s", "reduce stage s", "fetch wait s", "executor CPU s", "GC s");
-        List<java.util.function.ToDoubleFunction<Run>> fs = List.of(Run::jobSeconds, Run::reduceStageSeconds,
-                Run::fetchWaitSeconds, Run::executorCpuSeconds, Run::gcSeconds);
-        for (int i = 0; i < names.size(); i++) {
-            double s = median(runs, "sort", fs.get(i));
-            double r = median(runs, "rdma", fs.get(i));
-            b.append("| ").append(names.get(i)).append(" | ").append(f(s)).append(" | ").append(f(r)).append(" | ")
-                    .append(s == 0 ? "n/a" : f(r / s)).append(" |\n");
-        }
-        return b.toString();
-    }
-
-    static String csv(List<Run> runs) {
-        StringBuilder b = new StringBuilder(String.join(",", Arrays.stream(COLUMNS)
-                .map(c -> c.replace(' ', '_')).toList())).append('\n');
-        for (Run r : runs) {
-            b.append(String.join(",", cells(r))).append('\n');
-        }
-        return b.toString();
     }
 }

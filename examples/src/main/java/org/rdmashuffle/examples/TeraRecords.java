@@ -120,6 +120,11 @@ public final class TeraRecords {
             return ordered;
         }
 
+        /** The same digest as partition {@code index}. */
+        public PartitionDigest renumbered(int index) {
+            return new PartitionDigest(index, count, checksum, firstKey, lastKey, ordered);
+        }
+
         /** Digests partition {@code index} of a sorted data set. */
         public static PartitionDigest of(int index, Iterator<Tuple2<byte[], byte[]>> it) {
             KeyOrder order = new KeyOrder();
