@@ -32,4 +32,5 @@ opens="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.la
 exec java -Xmx2g -Djava.awt.headless=true $opens \
   -Dspark.driver.host="$SPARK_LOCAL_IP" -Dspark.driver.bindAddress="$SPARK_LOCAL_IP" \
   -cp "$examples_jar:$rdma_jar:$root/examples/target/lib/*:$SPARK_HOME/jars/*" \
-  org.rdmashuffle.examples.ShuffleComparison --jars "$examples_jar,$rdma_jar" "$@"
+  "org.rdmashuffle.examples.${RDMA_MAIN_CLASS:-ShuffleComparison}" \
+  --jars "$examples_jar,$rdma_jar,$(ls "$root"/examples/target/lib/tpcds-*.jar)" "$@"

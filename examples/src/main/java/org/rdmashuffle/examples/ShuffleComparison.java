@@ -122,7 +122,7 @@ public final class ShuffleComparison {
         }
         String manager = rdma ? "rdma" : "sort";
         try (JavaSparkContext sc = new JavaSparkContext(conf)) {
-            waitForExecutors(sc, master, executors);
+            Cluster.waitForExecutors(sc.sc(), master, executors);
             StageRecorder recorder = new StageRecorder();
             sc.sc().addSparkListener(recorder);
             long seed = 42;
@@ -155,22 +155,4 @@ public final class ShuffleComparison {
         }
     }
 
-    /** Waits for {@code executors} executors (for local-cluster: as many as its URL starts). */
-    private static void waitForExecutors(JavaSparkContext sc, String master, int executors) {
-        int wanted = master.startsWith("local-cluster[")
-                ? Integer.parseInt(master.substring("local-cluster[".length()).split(",")[0].trim()) : executors;
-        long deadline = System.nanoTime() + 120_000_000_000L;
-        while (sc.sc().getExecutorMemoryStatus().size() < wanted + 1) {
-            if (System.nanoTime() > deadline) {
-                throw new IllegalStateException("executors did not register within 120 s; see "
-                        + System.getenv("SPARK_HOME") + "/work/*/*/stderr");
-            }
-            try {
-                Thread.sleep(200);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                throw new IllegalStateException(e);
-            }
-        }
-    }
 }

@@ -1,0 +1,241 @@
+package org.rdmashuffle.examples;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.SerializationFeature;
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import org.apache.spark.SparkConf;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+import org.jfree.chart.ChartFactory;
+import org.jfree.chart.ChartUtils;
+import org.jfree.chart.plot.PlotOrientation;
+import org.jfree.data.category.DefaultCategoryDataset;
+
+/**
+ * TPC-DS under Spark's sort shuffle and under rdma-shuffle: data generated once at a scale factor
+ * (Parquet), then every query (loaded at run time from Spark's own {@code spark-sql} tests jar,
+ * resources {@code tpcds/q*.sql}) run on each manager in turn; results compared row for row after
+ * sorting, floating-point values to 9 significant digits. Prints progress per query, then per-query
+ * times with their ratio and the totals; writes Markdown, CSV, JSON and a chart.
+ *
+ * <p>Options: {@code --scale S} (1), {@code --data DIR}, {@code --queries all|q1,q14a,…},
+ * {@code --rounds R} (1), {@code --master URL} (local-cluster[2,1,2048]), {@code --executors N},
+ * {@code --jars …}, {@code --out DIR}, {@code --conf k=v}.
+ */
+public final class TpcdsComparison {
+    private static final String RDMA_MANAGER = "org.rdmashuffle.shuffle.RdmaShuffleManager";
+
+    private TpcdsComparison() {
+    }
+
+    /** The query names in Spark's tests jar, in TPC-DS order (q14a, q14b, … where a query has variants). */
+    static List<String> allQueries() {
+        List<String> names = new ArrayList<>();
+        ClassLoader cl = TpcdsComparison.class.getClassLoader();
+        for (int i = 1; i <= 99; i++) {
+            if (cl.getResource("tpcds/q" + i + ".sql") != null) {
+                names.add("q" + i);
+            } else {
+                for (String v : List.of("a", "b")) {
+                    if (cl.getResource("tpcds/q" + i + v + ".sql") != null) {
+                        names.add("q" + i + v);
+                    }
+                }
+            }
+        }
+        if (names.isEmpty()) {
+            throw new IllegalStateException("no tpcds/q*.sql on the class path: add Spark's "
+                    + "spark-sql_2.13-4.2.0-tests.jar (the run script puts it in examples/target/lib)");
+        }
+        return names;
+    }
+
+    static String text(String query) throws IOException {
+        try (InputStream in = TpcdsComparison.class.getClassLoader().getResourceAsStream("tpcds/" + query + ".sql")) {
+            if (in == null) {
+                throw new IllegalArgumentException("unknown query " + query);
+            }
+            return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+
+    /** A row as text, floating point to 9 significant digits (summation order may differ). */
+    static String normalise(Row r) {
+        StringBuilder b = new StringBuilder();
+        for (int i = 0; i < r.length(); i++) {
+            Object v = r.get(i);
+            if (v instanceof Double || v instanceof Float) {
+                double d = ((Number) v).doubleValue();
+                b.append(Double.isFinite(d) ? String.format(Locale.ROOT, "%.9g", d) : Double.toString(d));
+            } else {
+                b.append(v);
+            }
+            b.append('|');
+        }
+        return b.toString();
+    }
+
+    /** One query on one manager. */
+    record QueryRun(String query, String manager, int round, double seconds, int rows, String error) {
+    }
+
+    public static void main(String[] args) throws Exception {
+        double scale = 1;
+        Path data = null;
+        String queries = "all";
+        int rounds = 1;
+        int executors = 0;
+        int chunks = 8;
+        String master = "local-cluster[2,1,2048]";
+        String jars = "";
+        Path out = Path.of("examples/target/comparison");
+        List<String[]> extra = new ArrayList<>();
+        for (int i = 0; i + 1 < args.length || i < args.length; i += 2) {
+            if (i + 1 >= args.length) {
+                throw new IllegalArgumentException("missing value for " + args[i]);
+            }
+            String v = args[i + 1];
+            switch (args[i]) {
+                case "--scale" -> scale = Double.parseDouble(v);
+                case "--data" -> data = Path.of(v);
+                case "--queries" -> queries = v;
+                case "--rounds" -> rounds = Integer.parseInt(v);
+                case "--executors" -> executors = Integer.parseInt(v);
+                case "--chunks" -> chunks = Integer.parseInt(v);
+                case "--master" -> master = v;
+                case "--jars" -> jars = v;
+                case "--out" -> out = Path.of(v);
+                case "--conf" -> extra.add(v.split("=", 2));
+                default -> throw new IllegalArgumentException("unknown option " + args[i] + "; see the class doc");
+            }
+        }
+        if (data == null) {
+            data = Path.of("examples/target/tpcds-sf" + (scale == Math.floor(scale) ? Long.toString((long) scale)
+                    : Double.toString(scale)));
+        }
+        List<String> names = queries.equals("all") ? allQueries() : List.of(queries.split(","));
+        System.out.printf(Locale.ROOT, "TPC-DS scale %s, %d queries, %d round(s), on %s; data in %s%n", scale,
+                names.size(), rounds, master, data.toAbsolutePath());
+        List<QueryRun> runs = new ArrayList<>();
+        Map<String, List<String>> reference = new LinkedHashMap<>();
+        List<String> mismatches = new ArrayList<>();
+        for (int round = 1; round <= rounds; round++) {
+            for (boolean rdma : new boolean[] {false, true}) {
+                SparkConf conf = new SparkConf().setMaster(master).setAppName("tpcds-" + (rdma ? "rdma" : "sort"))
+                        .set("spark.ui.enabled", "false").set("spark.sql.shuffle.partitions", "16")
+                        .set("spark.executor.memory", master.startsWith("local-cluster") ? "1536m" : "1g");
+                if (!jars.isEmpty()) {
+                    conf.set("spark.jars", jars);
+                }
+                extra.forEach(kv -> conf.set(kv[0], kv[1]));
+                if (rdma) {
+                    conf.set("spark.shuffle.manager", RDMA_MANAGER);
+                }
+                String manager = rdma ? "rdma" : "sort";
+                SparkSession spark = SparkSession.builder().config(conf).getOrCreate();
+                try {
+                    Cluster.waitForExecutors(spark.sparkContext(), master, executors);
+                    TpcdsData.generate(spark, scale, data, chunks);
+                    TpcdsData.register(spark, data);
+                    for (String q : names) {
+                        long t0 = System.nanoTime();
+                        List<String> rows = new ArrayList<>();
+                        String error = null;
+                        try {
+                            for (Row r : spark.sql(text(q)).collectAsList()) {
+                                rows.add(normalise(r));
+                            }
+                            rows.sort(null);
+                        } catch (RuntimeException e) {
+                            error = e.getClass().getSimpleName() + ": " + String.valueOf(e.getMessage()).lines()
+                                    .findFirst().orElse("");
+                        }
+                        double s = (System.nanoTime() - t0) / 1e9;
+                        runs.add(new QueryRun(q, manager, round, s, rows.size(), error));
+                        List<String> ref = reference.putIfAbsent(q, rows);
+                        boolean same = ref == null || ref.equals(rows);
+                        if (!same) {
+                            mismatches.add(q + " (" + manager + ", round " + round + ")");
+                        }
+                        System.out.printf(Locale.ROOT, "%-5s %-4s round %d: %7.2f s, %4d rows%s%s%n", q, manager,
+                                round, s, rows.size(), error == null ? "" : "  FAILED " + error,
+                                same ? "" : "  DIFFERENT from sort shuffle");
+                    }
+                } finally {
+                    spark.stop();
+                    SparkSession.clearActiveSession();
+                    SparkSession.clearDefaultSession();
+                }
+            }
+        }
+        String md = report(names, runs);
+        System.out.println();
+        System.out.println(md);
+        Files.createDirectories(out);
+        Files.writeString(out.resolve("tpcds.md"), md);
+        Files.writeString(out.resolve("tpcds.json"), new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT)
+                .writeValueAsString(Map.of("scale", scale, "runs", runs, "mismatches", mismatches)));
+        StringBuilder csv = new StringBuilder("query,manager,round,seconds,rows,error\n");
+        runs.forEach(r -> csv.append(String.join(",", r.query(), r.manager(), Integer.toString(r.round()),
+                String.format(Locale.ROOT, "%.3f", r.seconds()), Integer.toString(r.rows()),
+                r.error() == null ? "" : '"' + r.error().replace("\"", "'") + '"')).append('\n'));
+        Files.writeString(out.resolve("tpcds.csv"), csv);
+        chart(names, runs, out.resolve("tpcds.png"));
+        if (!mismatches.isEmpty()) {
+            System.err.println("results DIFFER from sort shuffle for " + mismatches);
+            System.exit(1);
+        }
+        System.out.println("every query's result identical under both managers; tables in " + out.toAbsolutePath());
+    }
+
+    private static double median(List<QueryRun> runs, String q, String manager) {
+        double[] v = runs.stream().filter(r -> r.query().equals(q) && r.manager().equals(manager))
+                .mapToDouble(QueryRun::seconds).sorted().toArray();
+        return v.length == 0 ? Double.NaN : v.length % 2 == 1 ? v[v.length / 2]
+                : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+    }
+
+    static String report(List<String> names, List<QueryRun> runs) {
+        StringBuilder b = new StringBuilder("| query | sort s | rdma s | rdma / sort | rows | status |\n"
+                + "| --- | --- | --- | --- | --- | --- |\n");
+        double sortTotal = 0;
+        double rdmaTotal = 0;
+        for (String q : names) {
+            double s = median(runs, q, "sort");
+            double r = median(runs, q, "rdma");
+            sortTotal += s;
+            rdmaTotal += r;
+            QueryRun any = runs.stream().filter(x -> x.query().equals(q)).findFirst().orElseThrow();
+            String status = runs.stream().filter(x -> x.query().equals(q) && x.error() != null).map(QueryRun::error)
+                    .findFirst().orElse("ok");
+            b.append(String.format(Locale.ROOT, "| %s | %.2f | %.2f | %.2f | %d | %s |%n", q, s, r, r / s,
+                    any.rows(), status));
+        }
+        b.append(String.format(Locale.ROOT, "| **total** | %.1f | %.1f | %.2f | | |%n", sortTotal, rdmaTotal,
+                rdmaTotal / sortTotal));
+        return b.toString();
+    }
+
+    private static void chart(List<String> names, List<QueryRun> runs, Path png) {
+        DefaultCategoryDataset d = new DefaultCategoryDataset();
+        for (String q : names) {
+            d.addValue(median(runs, q, "sort"), "Spark sort shuffle", q);
+            d.addValue(median(runs, q, "rdma"), "rdma-shuffle", q);
+        }
+        try {
+            ChartUtils.saveChartAsPNG(png.toFile(), ChartFactory.createBarChart("TPC-DS query times (median)", null,
+                    "seconds", d, PlotOrientation.VERTICAL, true, false, false), Math.max(800, names.size() * 24), 500);
+        } catch (IOException | RuntimeException | Error e) {
+            System.err.println("chart not written (" + e + "); install fontconfig and a font to get it");
+        }
+    }
+}
