@@ -47,7 +47,6 @@ for ns in $nsA $nsB; do
   ip -n $ns link set lo up
   ip -n $ns link set veth-$ns up
 done
-ip netns exec $nsA ping -c 1 -W 2 $ipB >/dev/null
 
 export SPARK_HOME="$root/examples/target/spark-home" SPARK_SCALA_VERSION=2.13
 opens="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED
