@@ -6,6 +6,14 @@ import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
 import java.io.File;
 import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashSet;
+import java.util.Set;
+import java.util.jar.JarEntry;
+import java.util.jar.JarOutputStream;
+import java.util.stream.Stream;
 import java.io.ObjectInputStream;
 import java.io.ObjectOutputStream;
 import java.io.Serializable;
@@ -108,13 +116,51 @@ final class LocalCluster implements AutoCloseable {
                 "SPARK_HOME with Spark's jars/ is missing (the build assembles it under shuffle-manager/target)");
     }
 
-    /** The base configuration: two executor JVMs, our classes on their class path, the tcp provider. */
+    private static String jar;
+
+    /**
+     * One jar of the project's classes and the tests' (made once per JVM from the class folders the
+     * build names), which executors get through {@code spark.jars} alone, as users deploy the plugin.
+     */
+    static synchronized String pluginJar() {
+        if (jar == null) {
+            try {
+                Path out = Files.createTempFile("rdma-shuffle-test-", ".jar");
+                out.toFile().deleteOnExit();
+                try (JarOutputStream j = new JarOutputStream(Files.newOutputStream(out))) {
+                    Set<String> seen = new HashSet<>();
+                    for (String dir : System.getProperty("rdma.test.classpath").split(File.pathSeparator)) {
+                        Path root = Path.of(dir);
+                        if (!Files.isDirectory(root)) {
+                            continue;
+                        }
+                        try (Stream<Path> files = Files.walk(root)) {
+                            for (Path f : (Iterable<Path>) files.filter(Files::isRegularFile)::iterator) {
+                                String name = root.relativize(f).toString().replace(File.separatorChar, '/');
+                                if (seen.add(name)) {
+                                    j.putNextEntry(new JarEntry(name));
+                                    Files.copy(f, j);
+                                    j.closeEntry();
+                                }
+                            }
+                        }
+                    }
+                }
+                jar = out.toString();
+            } catch (IOException e) {
+                throw new UncheckedIOException("cannot build the test plugin jar", e);
+            }
+        }
+        return jar;
+    }
+
+    /** The base configuration: two executor JVMs, our classes delivered by spark.jars, the tcp provider. */
     static SparkConf conf(boolean rdma) {
         SparkConf conf = new SparkConf().setMaster("local-cluster[" + EXECUTORS + ",1,1024]")
                 .setAppName("rdma-shuffle-test")
                 .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
                 .set("spark.driver.bindAddress", "127.0.0.1")
-                .set("spark.executor.extraClassPath", System.getProperty("rdma.test.classpath"))
+                .set("spark.jars", pluginJar())
                 .set("spark.shuffle.rdma.provider", "tcp");
         if (rdma) {
             conf.set("spark.shuffle.manager", RdmaShuffleManager.class.getName());
