@@ -4,4 +4,4 @@
 # checks the results are identical and prints per-query times and totals. Options go to
 # org.rdmashuffle.examples.TpcdsComparison: --scale 1 --queries all|q1,q14a --rounds 1 --out DIR.
 set -euo pipefail
-RDMA_MAIN_CLASS=TpcdsComparison exec "$(dirname "$0")/run-main-job.sh" "$@"
+exec "$(dirname "$0")/run-main-job.sh" --workload tpcds "$@"

@@ -16,7 +16,8 @@ import org.apache.spark.api.java.JavaSparkContext;
  * managers' outputs compared partition by partition. Prints one row per run and the medians with
  * their ratio, and writes them as CSV and Markdown to the output folder.
  *
- * <p>Options: {@code --records N} (default 1,000,000 × 100 bytes), {@code --partitions P} (8),
+ * <p>{@code --workload tpcds} runs {@link TpcdsComparison} instead, with its options.
+ * Options: {@code --records N} (default 1,000,000 × 100 bytes), {@code --partitions P} (8),
  * {@code --rounds R} (2), {@code --master URL} (local-cluster[2,1,1024]), {@code --executors N}
  * (on another master: wait for that many executors first), {@code --jars a.jar,b.jar}
  * (what executors load: this module's jar and rdma-shuffle's), {@code --out DIR}; any
@@ -29,6 +30,24 @@ public final class ShuffleComparison {
     }
 
     public static void main(String[] args) throws Exception {
+        List<String> all = new ArrayList<>(List.of(args));
+        int w = all.indexOf("--workload");
+        if (w >= 0) {
+            if (w + 1 >= all.size()) {
+                usage("missing value for --workload");
+            }
+            String workload = all.remove(w + 1);
+            all.remove(w);
+            args = all.toArray(new String[0]);
+            switch (workload) {
+                case "terasort" -> { }
+                case "tpcds" -> {
+                    TpcdsComparison.main(args);
+                    return;
+                }
+                default -> usage("unknown workload " + workload + "; accepted: terasort, tpcds");
+            }
+        }
         long records = 1_000_000;
         int partitions = 8;
         int rounds = 2;
@@ -99,7 +118,7 @@ public final class ShuffleComparison {
 
     private static void usage(String problem) {
         System.err.println(problem);
-        System.err.println("usage: ShuffleComparison [--records N] [--partitions P] [--rounds R] [--master URL] "
+        System.err.println("usage: ShuffleComparison [--workload terasort|tpcds] [--records N] [--partitions P] [--rounds R] [--master URL] "
                 + "[--executors N] [--jars a.jar,b.jar] [--out DIR] [--conf key=value]...");
         System.exit(2);
     }
