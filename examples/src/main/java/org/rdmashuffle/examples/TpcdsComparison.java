@@ -94,7 +94,7 @@ public final class TpcdsComparison {
         String queries = "all";
         int rounds = 1;
         int executors = 0;
-        int chunks = 8;
+        int chunks = 32;
         String master = "local-cluster[2,1,2048]";
         String jars = "";
         Path out = Path.of("examples/target/comparison");

@@ -80,19 +80,41 @@ public final class TpcdsData {
             Session s = Session.getDefaultSession().withScale(scale).withParallelism(n).withChunkNumber(chunk)
                     .withTable(gen).withNoSexism(false);
             Column[] cols = self.getColumns();
-            List<Row> out = new ArrayList<>();
-            for (List<List<String>> rows : Results.constructResults(gen, s)) {
-                if (rows.size() <= which || rows.get(which) == null) {
-                    continue;
+            java.util.Iterator<List<List<String>>> rows = Results.constructResults(gen, s).iterator();
+            // Streamed, not collected: a chunk of a fact table does not fit an executor's heap.
+            return new java.util.Iterator<Row>() {
+                private Row next = advance();
+
+                private Row advance() {
+                    while (rows.hasNext()) {
+                        List<List<String>> group = rows.next();
+                        if (group.size() > which && group.get(which) != null) {
+                            List<String> r = group.get(which);
+                            Object[] v = new Object[cols.length];
+                            for (int i = 0; i < cols.length; i++) {
+                                v[i] = value(r.get(i), cols[i].getType());
+                            }
+                            return RowFactory.create(v);
+                        }
+                    }
+                    return null;
                 }
-                List<String> r = rows.get(which);
-                Object[] v = new Object[cols.length];
-                for (int i = 0; i < cols.length; i++) {
-                    v[i] = value(r.get(i), cols[i].getType());
+
+                @Override
+                public boolean hasNext() {
+                    return next != null;
                 }
-                out.add(RowFactory.create(v));
-            }
-            return out.iterator();
+
+                @Override
+                public Row next() {
+                    if (next == null) {
+                        throw new java.util.NoSuchElementException();
+                    }
+                    Row r = next;
+                    next = advance();
+                    return r;
+                }
+            };
         });
     }
 
