@@ -23,8 +23,8 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * TPC-DS data at a scale factor, generated in Spark tasks with {@code io.trino.tpcds} (each task one
- * chunk of a table) and written as Parquet, one folder per table; a table the generator produces
- * with its parent (store_returns with store_sales, …) is taken from the parent's rows.
+ * chunk of a table) and written as Parquet, one folder per table. A table already written whole
+ * (its folder has Spark's {@code _SUCCESS}) is kept.
  */
 public final class TpcdsData {
     private TpcdsData() {
@@ -64,11 +64,12 @@ public final class TpcdsData {
         };
     }
 
-    /** Rows of {@code table}, generated in {@code chunks} tasks (small tables in one). */
+    /**
+     * Rows of {@code table}, generated in {@code chunks} tasks (small tables in one). A child table
+     * (store_returns, …) is asked for by name: the generator runs its parent's generator itself.
+     */
     static JavaRDD<Row> rows(JavaSparkContext sc, Table table, double scale, int chunks) {
-        Table generated = table.isChild() ? table.getParent() : table;
-        int n = generated.isSmall() ? 1 : chunks;
-        int which = table.isChild() ? 1 : 0;
+        int n = table.isSmall() ? 1 : chunks;
         String name = table.getName();
         List<Integer> ids = new ArrayList<>();
         for (int i = 1; i <= n; i++) {
@@ -76,11 +77,10 @@ public final class TpcdsData {
         }
         return sc.parallelize(ids, n).flatMap(chunk -> {
             Table self = Table.getTable(name);
-            Table gen = self.isChild() ? self.getParent() : self;
             Session s = Session.getDefaultSession().withScale(scale).withParallelism(n).withChunkNumber(chunk)
-                    .withTable(gen).withNoSexism(false);
+                    .withTable(self).withNoSexism(false);
             Column[] cols = self.getColumns();
-            java.util.Iterator<List<List<String>>> rows = Results.constructResults(gen, s).iterator();
+            java.util.Iterator<List<List<String>>> rows = Results.constructResults(self, s).iterator();
             // Streamed, not collected: a chunk of a fact table does not fit an executor's heap.
             return new java.util.Iterator<Row>() {
                 private Row next = advance();
@@ -88,8 +88,8 @@ public final class TpcdsData {
                 private Row advance() {
                     while (rows.hasNext()) {
                         List<List<String>> group = rows.next();
-                        if (group.size() > which && group.get(which) != null) {
-                            List<String> r = group.get(which);
+                        if (!group.isEmpty() && group.get(0) != null) {
+                            List<String> r = group.get(0);
                             Object[] v = new Object[cols.length];
                             for (int i = 0; i < cols.length; i++) {
                                 v[i] = value(r.get(i), cols[i].getType());
@@ -125,6 +125,9 @@ public final class TpcdsData {
         }
         JavaSparkContext sc = JavaSparkContext.fromSparkContext(spark.sparkContext());
         for (Table t : tables()) {
+            if (Files.exists(dir.resolve(t.getName()).resolve("_SUCCESS"))) {
+                continue;
+            }
             long t0 = System.nanoTime();
             spark.createDataFrame(rows(sc, t, scale, chunks), schema(t)).write().mode("overwrite")
                     .parquet(dir.resolve(t.getName()).toString());
