@@ -84,8 +84,10 @@ public final class TpcdsComparison {
         return b.toString();
     }
 
-    /** One query on one manager. */
-    record QueryRun(String query, String manager, int round, double seconds, int rows, String error) {
+    /** One query on one manager: its time, rows, and the shuffle and CPU figures of its stages. */
+    record QueryRun(String query, String manager, int round, double seconds, int rows, String error,
+                    long shuffleWritten, long remoteRead, long localRead, double fetchWaitSeconds,
+                    double executorCpuSeconds, double gcSeconds) {
     }
 
     public static void main(String[] args) throws Exception {
@@ -146,7 +148,11 @@ public final class TpcdsComparison {
                     Cluster.waitForExecutors(spark.sparkContext(), master, executors);
                     TpcdsData.generate(spark, scale, data, chunks);
                     TpcdsData.register(spark, data);
+                    StageRecorder recorder = new StageRecorder();
+                    spark.sparkContext().addSparkListener(recorder);
                     for (String q : names) {
+                        spark.sparkContext().listenerBus().waitUntilEmpty(30_000);
+                        int firstStage = recorder.stages.size();
                         long t0 = System.nanoTime();
                         List<String> rows = new ArrayList<>();
                         String error = null;
@@ -160,7 +166,15 @@ public final class TpcdsComparison {
                                     .findFirst().orElse("");
                         }
                         double s = (System.nanoTime() - t0) / 1e9;
-                        runs.add(new QueryRun(q, manager, round, s, rows.size(), error));
+                        spark.sparkContext().listenerBus().waitUntilEmpty(30_000);
+                        List<StageRecorder.Stage> st = recorder.stages.subList(firstStage, recorder.stages.size());
+                        runs.add(new QueryRun(q, manager, round, s, rows.size(), error,
+                                st.stream().mapToLong(StageRecorder.Stage::bytesWritten).sum(),
+                                st.stream().mapToLong(StageRecorder.Stage::remoteBytesRead).sum(),
+                                st.stream().mapToLong(StageRecorder.Stage::localBytesRead).sum(),
+                                st.stream().mapToLong(StageRecorder.Stage::fetchWaitMs).sum() / 1e3,
+                                st.stream().mapToLong(StageRecorder.Stage::executorCpuMs).sum() / 1e3,
+                                st.stream().mapToLong(StageRecorder.Stage::gcMs).sum() / 1e3));
                         List<String> ref = reference.putIfAbsent(q, rows);
                         boolean same = ref == null || ref.equals(rows);
                         if (!same) {
@@ -184,9 +198,14 @@ public final class TpcdsComparison {
         Files.writeString(out.resolve("tpcds.md"), md);
         Files.writeString(out.resolve("tpcds.json"), new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT)
                 .writeValueAsString(Map.of("scale", scale, "runs", runs, "mismatches", mismatches)));
-        StringBuilder csv = new StringBuilder("query,manager,round,seconds,rows,error\n");
+        StringBuilder csv = new StringBuilder("query,manager,round,seconds,rows,shuffle_written,remote_read,"
+                + "local_read,fetch_wait_s,executor_cpu_s,gc_s,error\n");
         runs.forEach(r -> csv.append(String.join(",", r.query(), r.manager(), Integer.toString(r.round()),
                 String.format(Locale.ROOT, "%.3f", r.seconds()), Integer.toString(r.rows()),
+                Long.toString(r.shuffleWritten()), Long.toString(r.remoteRead()), Long.toString(r.localRead()),
+                String.format(Locale.ROOT, "%.3f", r.fetchWaitSeconds()),
+                String.format(Locale.ROOT, "%.3f", r.executorCpuSeconds()),
+                String.format(Locale.ROOT, "%.3f", r.gcSeconds()),
                 r.error() == null ? "" : '"' + r.error().replace("\"", "'") + '"')).append('\n'));
         Files.writeString(out.resolve("tpcds.csv"), csv);
         chart(names, runs, out.resolve("tpcds.png"));
@@ -222,6 +241,19 @@ public final class TpcdsComparison {
         }
         b.append(String.format(Locale.ROOT, "| **total** | %.1f | %.1f | %.2f | | |%n", sortTotal, rdmaTotal,
                 rdmaTotal / sortTotal));
+        b.append("\n| all queries, per round | sort | rdma | rdma / sort |\n| --- | --- | --- | --- |\n");
+        int rounds = (int) runs.stream().mapToInt(QueryRun::round).max().orElse(1);
+        List<String> labels = List.of("shuffle written MB", "shuffle read MB (remote + local)", "fetch wait s",
+                "executor CPU s", "GC s");
+        List<java.util.function.ToDoubleFunction<QueryRun>> fs = List.of(r -> r.shuffleWritten() / 1e6,
+                r -> (r.remoteRead() + r.localRead()) / 1e6, QueryRun::fetchWaitSeconds, QueryRun::executorCpuSeconds,
+                QueryRun::gcSeconds);
+        for (int i = 0; i < labels.size(); i++) {
+            java.util.function.ToDoubleFunction<QueryRun> f = fs.get(i);
+            double s = runs.stream().filter(r -> r.manager().equals("sort")).mapToDouble(f).sum() / rounds;
+            double r = runs.stream().filter(x -> x.manager().equals("rdma")).mapToDouble(f).sum() / rounds;
+            b.append(String.format(Locale.ROOT, "| %s | %.1f | %.1f | %.2f |%n", labels.get(i), s, r, r / s));
+        }
         return b.toString();
     }
 
