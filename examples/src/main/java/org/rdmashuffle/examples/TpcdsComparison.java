@@ -161,7 +161,7 @@ public final class TpcdsComparison {
                                 rows.add(normalise(r));
                             }
                             rows.sort(null);
-                        } catch (RuntimeException e) {
+                        } catch (Exception e) { // Spark's AnalysisException is checked in Java's eyes
                             error = e.getClass().getSimpleName() + ": " + String.valueOf(e.getMessage()).lines()
                                     .findFirst().orElse("");
                         }

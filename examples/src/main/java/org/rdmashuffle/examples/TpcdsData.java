@@ -35,10 +35,15 @@ public final class TpcdsData {
         return Table.getBaseTables().stream().filter(t -> t != Table.DBGEN_VERSION).toList();
     }
 
+    /** The column's name as Spark's TPC-DS queries spell it (the generator says c_last_review_date_sk). */
+    static String sparkName(Column c) {
+        return c.getName().equals("c_last_review_date_sk") ? "c_last_review_date" : c.getName();
+    }
+
     static StructType schema(Table table) {
         List<StructField> fields = new ArrayList<>();
         for (Column c : table.getColumns()) {
-            fields.add(DataTypes.createStructField(c.getName(), type(c.getType()), true));
+            fields.add(DataTypes.createStructField(sparkName(c), type(c.getType()), true));
         }
         return DataTypes.createStructType(fields);
     }
