@@ -24,8 +24,6 @@ import org.apache.spark.api.java.JavaSparkContext;
  * {@code --conf k=v} is set on both managers' runs.
  */
 public final class ShuffleComparison {
-    private static final String RDMA_MANAGER = "org.rdmashuffle.shuffle.RdmaShuffleManager";
-
     private ShuffleComparison() {
     }
 
@@ -71,11 +69,11 @@ public final class ShuffleComparison {
                 case "--jars" -> jars = v;
                 case "--out" -> out = Path.of(v);
                 case "--conf" -> {
-                    int eq = v.indexOf('=');
-                    if (eq <= 0) {
-                        usage("--conf takes key=value, not " + v);
+                    try {
+                        extra.add(Cluster.parseConf(v));
+                    } catch (IllegalArgumentException e) {
+                        usage(e.getMessage());
                     }
-                    extra.add(new String[] {v.substring(0, eq), v.substring(eq + 1)});
                 }
                 default -> usage("unknown option " + a);
             }
@@ -118,8 +116,8 @@ public final class ShuffleComparison {
 
     private static void usage(String problem) {
         System.err.println(problem);
-        System.err.println("usage: ShuffleComparison [--workload terasort|tpcds] [--records N] [--partitions P] [--rounds R] [--master URL] "
-                + "[--executors N] [--jars a.jar,b.jar] [--out DIR] [--conf key=value]...");
+        System.err.println("usage: ShuffleComparison [--workload terasort|tpcds] [--records N] [--partitions P] "
+                + "[--rounds R] [--master URL] [--executors N] [--jars a.jar,b.jar] [--out DIR] [--conf key=value]...");
         System.exit(2);
     }
 
@@ -130,15 +128,7 @@ public final class ShuffleComparison {
                 .setAppName("terasort-" + (rdma ? "rdma" : "sort"))
                 .set("spark.ui.enabled", "false")
                 .set("spark.executor.memory", "1g"));
-        if (!jars.isEmpty()) {
-            conf.set("spark.jars", jars);
-        }
-        for (String[] kv : extra) {
-            conf.set(kv[0], kv[1]);
-        }
-        if (rdma) {
-            conf.set("spark.shuffle.manager", RDMA_MANAGER);
-        }
+        Cluster.configure(conf, rdma, jars, extra);
         String manager = rdma ? "rdma" : "sort";
         try (JavaSparkContext sc = new JavaSparkContext(conf)) {
             Cluster.waitForExecutors(sc.sc(), master, executors);

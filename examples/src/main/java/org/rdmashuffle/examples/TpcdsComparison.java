@@ -32,8 +32,6 @@ import org.jfree.data.category.DefaultCategoryDataset;
  * {@code --jars …}, {@code --out DIR}, {@code --conf k=v}.
  */
 public final class TpcdsComparison {
-    private static final String RDMA_MANAGER = "org.rdmashuffle.shuffle.RdmaShuffleManager";
-
     private TpcdsComparison() {
     }
 
@@ -101,7 +99,7 @@ public final class TpcdsComparison {
         String jars = "";
         Path out = Path.of("examples/target/comparison");
         List<String[]> extra = new ArrayList<>();
-        for (int i = 0; i + 1 < args.length || i < args.length; i += 2) {
+        for (int i = 0; i < args.length; i += 2) {
             if (i + 1 >= args.length) {
                 throw new IllegalArgumentException("missing value for " + args[i]);
             }
@@ -116,7 +114,7 @@ public final class TpcdsComparison {
                 case "--master" -> master = v;
                 case "--jars" -> jars = v;
                 case "--out" -> out = Path.of(v);
-                case "--conf" -> extra.add(v.split("=", 2));
+                case "--conf" -> extra.add(Cluster.parseConf(v));
                 default -> throw new IllegalArgumentException("unknown option " + args[i] + "; see the class doc");
             }
         }
@@ -135,13 +133,7 @@ public final class TpcdsComparison {
                 SparkConf conf = new SparkConf().setMaster(master).setAppName("tpcds-" + (rdma ? "rdma" : "sort"))
                         .set("spark.ui.enabled", "false").set("spark.sql.shuffle.partitions", "16")
                         .set("spark.executor.memory", master.startsWith("local-cluster") ? "1536m" : "1g");
-                if (!jars.isEmpty()) {
-                    conf.set("spark.jars", jars);
-                }
-                extra.forEach(kv -> conf.set(kv[0], kv[1]));
-                if (rdma) {
-                    conf.set("spark.shuffle.manager", RDMA_MANAGER);
-                }
+                Cluster.configure(conf, rdma, jars, extra);
                 String manager = rdma ? "rdma" : "sort";
                 SparkSession spark = SparkSession.builder().config(conf).getOrCreate();
                 try {
