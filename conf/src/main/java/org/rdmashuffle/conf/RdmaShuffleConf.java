@@ -143,6 +143,22 @@ public final class RdmaShuffleConf {
             PREFIX + "maxControlMessageSize", "16m", 1L << 10, 1L << 30, false,
             "Largest two-sided control message (handshake, directory replies) a node accepts."));
 
+    public static final ConfigKey<Integer> VERBS_MAX_READ_ATOMS = declare(ConfigKey.integer(
+            PREFIX + "verbs.maxQpReadAtoms", 16, 1, 1024,
+            "verbs: RDMA READs one queue pair keeps outstanding; the channel's READs in flight are the smaller of "
+                    + "this and `maxReadsInFlightPerPeer`. Must not exceed the device's `max_qp_rd_atom` "
+                    + "(`ibv_devinfo -v`; 16 on most NICs, 128 on siw and rxe)."));
+
+    public static final ConfigKey<Integer> VERBS_COMPLETION_QUEUE_SIZE = declare(ConfigKey.integer(
+            PREFIX + "verbs.completionQueueSize", 4096, 64, 1 << 20,
+            "verbs: entries of the node's completion queue, shared by all its queue pairs. A node never has more "
+                    + "READs outstanding than this; further posts wait in the channels' queues."));
+
+    public static final ConfigKey<Long> VERBS_POLL_TIMEOUT = declare(ConfigKey.millis(
+            PREFIX + "verbs.eventTimeout", "250ms", 10, 10_000,
+            "verbs: how long DiSNI's completion and connection-manager threads block for an event before they "
+                    + "look whether the node is closing; bounds how long closing a node takes."));
+
     private static final List<ConfigKey<?>> ALL = Collections.unmodifiableList(new ArrayList<>(KEYS));
 
     /** Every declared key, in declaration order. */
@@ -348,6 +364,18 @@ public final class RdmaShuffleConf {
 
     public long requestTimeoutMs() {
         return get(REQUEST_TIMEOUT);
+    }
+
+    public int verbsMaxQpReadAtoms() {
+        return get(VERBS_MAX_READ_ATOMS);
+    }
+
+    public int verbsCompletionQueueSize() {
+        return get(VERBS_COMPLETION_QUEUE_SIZE);
+    }
+
+    public int verbsEventTimeoutMs() {
+        return (int) (long) get(VERBS_POLL_TIMEOUT);
     }
 
     public int maxControlMessageSizeBytes() {

@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.util.Optional;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.transport.tcp.TcpNode;
+import org.rdmashuffle.transport.verbs.VerbsNode;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -23,16 +24,34 @@ public final class RdmaTransport {
             case TCP:
                 return new TcpNode(conf, options);
             case VERBS: {
-                Optional<String> missing = verbsMissing();
-                throw new TransportException("spark.shuffle.rdma.provider=verbs, but the verbs provider cannot run: "
-                        + missing.orElse("it is not part of this build yet") + ". Use provider=tcp or auto.");
+                Optional<String> missing = VerbsSupport.missing();
+                if (missing.isPresent()) {
+                    throw new TransportException("spark.shuffle.rdma.provider=verbs, but the verbs provider cannot run: "
+                            + missing.get() + ". Use provider=tcp or auto.");
+                }
+                try {
+                    return new VerbsNode(conf, options);
+                } catch (IOException | LinkageError e) {
+                    throw new TransportException("spark.shuffle.rdma.provider=verbs, but the verbs node did not start: "
+                            + e.getMessage() + ". Use provider=tcp or auto.", e);
+                }
             }
             case AUTO:
             default: {
-                Optional<String> missing = verbsMissing();
-                LOG.info("spark.shuffle.rdma.provider=auto: using tcp ({})",
-                        missing.orElse("the verbs provider is not part of this build yet"));
-                return new TcpNode(conf, options);
+                Optional<String> missing = VerbsSupport.missing();
+                if (missing.isPresent()) {
+                    LOG.info("spark.shuffle.rdma.provider=auto: using tcp ({})", missing.get());
+                    return new TcpNode(conf, options);
+                }
+                try {
+                    RdmaNode n = new VerbsNode(conf, options);
+                    LOG.info("spark.shuffle.rdma.provider=auto: using verbs");
+                    return n;
+                } catch (IOException | LinkageError e) {
+                    LOG.info("spark.shuffle.rdma.provider=auto: using tcp (the verbs node did not start on {}: {})",
+                            options.bindHost(), e.getMessage());
+                    return new TcpNode(conf, options);
+                }
             }
         }
     }
@@ -51,7 +70,6 @@ public final class RdmaTransport {
     }
 
     private static Optional<String> verbsMissing() {
-        Optional<String> m = VerbsSupport.missing();
-        return m.isPresent() ? m : Optional.of("the verbs provider is not part of this build yet");
+        return VerbsSupport.missing();
     }
 }

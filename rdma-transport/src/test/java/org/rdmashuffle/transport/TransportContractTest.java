@@ -50,6 +50,23 @@ public abstract class TransportContractTest {
     /** Opens a node of the provider under test with {@code settings} on top of its defaults. */
     protected abstract RdmaNode openNode(Map<String, String> settings, NodeOptions options) throws IOException;
 
+    /** The address nodes bind to and advertise (an RDMA device's address for verbs). */
+    protected String host() {
+        return "127.0.0.1";
+    }
+
+    /**
+     * Whether the serving node sees the READs it serves (tcp does; with one-sided verbs READs the
+     * serving CPU never does, so its served counters stay 0).
+     */
+    protected boolean servingNodeCountsReads() {
+        return true;
+    }
+
+    protected NodeOptions baseOptions() {
+        return new NodeOptions(host(), host(), ControlHandler.NONE, null);
+    }
+
     protected RdmaNode open(Map<String, String> settings, NodeOptions options) throws IOException {
         RdmaNode n = openNode(settings, options);
         closeables.add(n);
@@ -64,7 +81,7 @@ public abstract class TransportContractTest {
     }
 
     protected RdmaNode open(Map<String, String> settings) throws IOException {
-        return open(settings, NodeOptions.loopback().withControlHandler(req -> {
+        return open(settings, baseOptions().withControlHandler(req -> {
             byte[] b = new byte[req.remaining()];
             req.get(b);
             String s = new String(b, StandardCharsets.UTF_8);
@@ -155,7 +172,9 @@ public abstract class TransportContractTest {
         NodeStats s = client.stats();
         assertEquals(lengths.size(), s.readsCompleted());
         assertEquals(lengths.stream().mapToLong(Integer::longValue).sum(), s.bytesRead());
-        assertEquals(s.bytesRead(), server.stats().bytesServed());
+        if (servingNodeCountsReads()) {
+            assertEquals(s.bytesRead(), server.stats().bytesServed());
+        }
     }
 
     @Test
@@ -261,7 +280,9 @@ public abstract class TransportContractTest {
         } finally {
             threads.shutdownNow();
         }
-        assertEquals(16 * 20 * 16, server.stats().readsServed());
+        if (servingNodeCountsReads()) {
+            assertEquals(16 * 20 * 16, server.stats().readsServed());
+        }
     }
 
     @Test
@@ -339,7 +360,7 @@ public abstract class TransportContractTest {
         int port = freePort();
         RdmaNode n = open(Map.of("spark.shuffle.rdma.connectTimeout", "2s", "spark.shuffle.rdma.connectRetries", "1",
                 "spark.shuffle.rdma.connectRetryWait", "100ms"));
-        NodeAddress nowhere = new NodeAddress("127.0.0.1", port, n.localAddress().provider());
+        NodeAddress nowhere = new NodeAddress(host(), port, n.localAddress().provider());
         long t0 = System.nanoTime();
         TransportException e = assertThrows(TransportException.class, () -> n.connect(nowhere));
         long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
@@ -354,7 +375,7 @@ public abstract class TransportContractTest {
         int port = freePort();
         RdmaNode n = open(Map.of("spark.shuffle.rdma.connectTimeout", "2s", "spark.shuffle.rdma.connectRetries", "20",
                 "spark.shuffle.rdma.connectRetryWait", "100ms"));
-        NodeAddress later = new NodeAddress("127.0.0.1", port, n.localAddress().provider());
+        NodeAddress later = new NodeAddress(host(), port, n.localAddress().provider());
         java.util.concurrent.CompletableFuture<RdmaChannel> connecting =
                 java.util.concurrent.CompletableFuture.supplyAsync(() -> {
                     try {
@@ -400,18 +421,18 @@ public abstract class TransportContractTest {
     @Timeout(30)
     void shouldConnectOnlyWithTheSameSecretWhenAuthenticationIsOn() throws Exception {
         byte[] secret = "s3cret".getBytes(StandardCharsets.UTF_8);
-        RdmaNode authServer = open(Map.of(), NodeOptions.loopback().withSecret(secret));
+        RdmaNode authServer = open(Map.of(), baseOptions().withSecret(secret));
         MemoryRegion r = authServer.register(ByteBuffer.allocateDirect(4096), RegionAccess.REMOTE_READ);
-        RdmaNode good = open(Map.of(), NodeOptions.loopback().withSecret(secret));
+        RdmaNode good = open(Map.of(), baseOptions().withSecret(secret));
         RdmaChannel ch = good.connect(authServer.localAddress());
         MemoryRegion sink = sink(good, 4096);
         assertEquals(ReadStatus.SUCCESS, readOne(ch, r.descriptor().address(), r.descriptor().rkey(), 4096, sink, 0));
 
         Map<String, String> fast = Map.of("spark.shuffle.rdma.connectRetries", "0");
-        RdmaNode wrong = open(fast, NodeOptions.loopback().withSecret("other".getBytes(StandardCharsets.UTF_8)));
+        RdmaNode wrong = open(fast, baseOptions().withSecret("other".getBytes(StandardCharsets.UTF_8)));
         TransportException e1 = assertThrows(TransportException.class, () -> wrong.connect(authServer.localAddress()));
         assertTrue(e1.getMessage().contains("authentication failed"), e1.getMessage());
-        RdmaNode none = open(fast, NodeOptions.loopback());
+        RdmaNode none = open(fast, baseOptions());
         TransportException e2 = assertThrows(TransportException.class, () -> none.connect(authServer.localAddress()));
         assertTrue(e2.getMessage().contains("spark.authenticate"), e2.getMessage());
     }

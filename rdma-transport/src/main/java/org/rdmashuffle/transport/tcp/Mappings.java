@@ -7,7 +7,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /** Unmaps a mapped file at once instead of waiting for the garbage collector. */
-final class Mappings {
+public final class Mappings {
     private static final Logger LOG = LoggerFactory.getLogger(Mappings.class);
     private static final Object UNSAFE;
     private static final Method INVOKE_CLEANER;
@@ -32,7 +32,7 @@ final class Mappings {
     }
 
     /** Releases {@code mapped}; it must not be touched afterwards. */
-    static void unmap(ByteBuffer mapped) {
+    public static void unmap(ByteBuffer mapped) {
         if (INVOKE_CLEANER == null || !mapped.isDirect()) {
             return;
         }

@@ -1,0 +1,669 @@
+package org.rdmashuffle.transport.verbs;
+
+import com.ibm.disni.verbs.IbvSendWR;
+import com.ibm.disni.verbs.IbvSge;
+import com.ibm.disni.verbs.IbvWC;
+import com.ibm.disni.verbs.SVCPostSend;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
+import org.rdmashuffle.pool.RegisteredBuffer;
+import org.rdmashuffle.pool.Registration;
+import org.rdmashuffle.transport.MemoryRegion;
+import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.RdmaChannel;
+import org.rdmashuffle.transport.ReadBatch;
+import org.rdmashuffle.transport.ReadListener;
+import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.TransportException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A channel of the verbs provider: one RC queue pair to the peer, on which READs are posted as
+ * chained work requests, at most {@code credits} outstanding (never more than the device's
+ * {@code max_qp_rd_atom} the configuration declares). READs beyond that wait in a queue and are posted
+ * from the completion thread as earlier ones complete. Work requests are built once per chain length
+ * and only their fields are rewritten for each post, so posting allocates nothing.
+ *
+ * <p>A READ the peer refuses (unknown or stale rkey, out of bounds, not readable) moves an RC queue
+ * pair to the error state, which flushes every READ posted after it. The channel then asks the peer,
+ * over the authenticated control connection, why that READ was refused and completes it with that
+ * status; the flushed READs — which were valid — are posted again on a fresh queue pair. A lost peer,
+ * a failed reconnect or a READ outstanding past the request timeout fails the channel instead: every
+ * READ completes with an error and the node forgets the channel.
+ */
+final class VerbsChannel implements RdmaChannel {
+    private static final Logger LOG = LoggerFactory.getLogger(VerbsChannel.class);
+    private static final int WC_SUCCESS = IbvWC.IbvWcStatus.IBV_WC_SUCCESS.ordinal();
+    private static final int WC_FLUSH = IbvWC.IbvWcStatus.IBV_WC_WR_FLUSH_ERR.ordinal();
+    private static final int WC_REM_ACCESS = IbvWC.IbvWcStatus.IBV_WC_REM_ACCESS_ERR.ordinal();
+    private static final int WC_REM_INV_REQ = IbvWC.IbvWcStatus.IBV_WC_REM_INV_REQ_ERR.ordinal();
+    private static final int WC_REM_OP = IbvWC.IbvWcStatus.IBV_WC_REM_OP_ERR.ordinal();
+    private static final int OPEN = 0;
+    private static final int RECOVERING = 1;
+    private static final int CLOSED = 2;
+    /** A READ flushed by another READ's error is posted again at most this many times. */
+    private static final int MAX_REPOSTS = 2;
+
+    private final VerbsNode node;
+    private final NodeAddress peer;
+    private final InetSocketAddress rdmaTarget;
+    private final int credits;
+    private final int queueLimit;
+    private final long requestTimeoutNanos;
+    private final ReentrantLock lock = new ReentrantLock();
+    private final Condition space = lock.newCondition();
+
+    // Guarded by lock.
+    private int state = OPEN;
+    private VerbsEndpoint endpoint;
+    private int epoch;
+    private final SVCPostSend[] chains;
+    // Outstanding READs, by slot (the low half of the work request id; the high half is the epoch).
+    private final long[] slotRemote;
+    private final int[] slotRkey;
+    private final int[] slotLength;
+    private final long[] slotLocal;
+    private final int[] slotLkey;
+    private final long[] slotRequestId;
+    private final ReadListener[] slotListener;
+    private final long[] slotPostNanos;
+    private final byte[] slotReposts;
+    private final boolean[] slotBusy;
+    private final int[] free;
+    private int freeTop;
+    // READs waiting for a credit: a ring that grows.
+    private long[] qRemote = new long[64];
+    private int[] qRkey = new int[64];
+    private int[] qLength = new int[64];
+    private long[] qLocal = new long[64];
+    private int[] qLkey = new int[64];
+    private long[] qRequestId = new long[64];
+    private ReadListener[] qListener = new ReadListener[64];
+    private long[] qPostNanos = new long[64];
+    private byte[] qReposts = new byte[64];
+    private int qHead;
+    private int qSize;
+
+    VerbsChannel(VerbsNode node, NodeAddress peer, InetSocketAddress rdmaTarget, int credits, int queueLimit,
+                 long requestTimeoutMs) {
+        this.node = node;
+        this.peer = peer;
+        this.rdmaTarget = rdmaTarget;
+        this.credits = credits;
+        this.queueLimit = queueLimit;
+        this.requestTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(requestTimeoutMs);
+        this.chains = new SVCPostSend[credits + 1];
+        slotRemote = new long[credits];
+        slotRkey = new int[credits];
+        slotLength = new int[credits];
+        slotLocal = new long[credits];
+        slotLkey = new int[credits];
+        slotRequestId = new long[credits];
+        slotListener = new ReadListener[credits];
+        slotPostNanos = new long[credits];
+        slotReposts = new byte[credits];
+        slotBusy = new boolean[credits];
+        free = new int[credits];
+        for (int i = 0; i < credits; i++) {
+            free[i] = credits - 1 - i;
+        }
+        freeTop = credits;
+    }
+
+    /** Connects the first queue pair; the channel is usable once this returns. */
+    void start(long connectTimeoutMs) throws IOException {
+        VerbsEndpoint ep = node.openEndpoint(rdmaTarget, connectTimeoutMs);
+        lock.lock();
+        try {
+            attach(ep);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private void attach(VerbsEndpoint ep) {
+        endpoint = ep;
+        ep.channel = this;
+        for (int k = 1; k < chains.length; k++) {
+            if (chains[k] != null) {
+                chains[k].free();
+                chains[k] = null;
+            }
+        }
+        state = OPEN;
+    }
+
+    @Override
+    public NodeAddress peer() {
+        return peer;
+    }
+
+    @Override
+    public boolean isOpen() {
+        return state != CLOSED;
+    }
+
+    @Override
+    public void post(ReadBatch batch, ReadListener listener) throws TransportException {
+        int n = batch.size();
+        if (n == 0) {
+            return;
+        }
+        if (state == CLOSED) {
+            throw new TransportException("channel to " + peer + " is closed", ReadStatus.CHANNEL_CLOSED, null);
+        }
+        for (int i = 0; i < n; i++) {
+            localOf(batch, i); // validates every destination before anything is posted
+        }
+        boolean onCompletionThread = node.isCompletionThread();
+        int accepted = 0;
+        lock.lock();
+        try {
+            long now = System.nanoTime();
+            for (; accepted < n; accepted++) {
+                if (!onCompletionThread && !awaitQueueRoom()) {
+                    break;
+                }
+                int len = batch.length(accepted);
+                if (len <= 0) {
+                    node.completeLater(listener, batch.requestId(accepted), ReadStatus.INVALID_LENGTH);
+                    continue;
+                }
+                enqueueLast(batch.remoteAddress(accepted), batch.rkey(accepted), len, localOf(batch, accepted),
+                        lkeyOf(batch, accepted), batch.requestId(accepted), listener, now, (byte) 0);
+            }
+            if (state == OPEN) {
+                drain();
+            }
+        } finally {
+            lock.unlock();
+        }
+        if (accepted == 0) {
+            throw new TransportException("channel to " + peer + " closed while posting", ReadStatus.CHANNEL_CLOSED,
+                    null);
+        }
+        for (int i = accepted; i < n; i++) {
+            node.completeLater(listener, batch.requestId(i), ReadStatus.CHANNEL_CLOSED);
+        }
+    }
+
+    private boolean awaitQueueRoom() {
+        long deadline = System.nanoTime() + requestTimeoutNanos;
+        while (state != CLOSED && qSize >= queueLimit) {
+            long left = deadline - System.nanoTime();
+            if (left <= 0) {
+                return false;
+            }
+            try {
+                space.awaitNanos(Math.min(left, TimeUnit.MILLISECONDS.toNanos(100)));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return false;
+            }
+        }
+        return state != CLOSED;
+    }
+
+    private VerbsRegion regionOf(ReadBatch b, int i) {
+        RegisteredBuffer rb = b.dstBuffer(i);
+        if (rb != null) {
+            Registration reg = rb.registration();
+            if (!(reg instanceof VerbsRegion r) || r.node != node || !r.isOpen()) {
+                throw new IllegalArgumentException("READ destination is not registered with this node");
+            }
+            return r;
+        }
+        MemoryRegion mr = b.dstRegion(i);
+        if (!(mr instanceof VerbsRegion r) || r.node != node || !r.isOpen()) {
+            throw new IllegalArgumentException("READ destination is not a live region of this node");
+        }
+        return r;
+    }
+
+    private long localOf(ReadBatch b, int i) {
+        VerbsRegion r = regionOf(b, i);
+        RegisteredBuffer rb = b.dstBuffer(i);
+        long base = rb != null ? r.address + rb.registrationOffset() : r.address;
+        return base + b.dstOffset(i);
+    }
+
+    private int lkeyOf(ReadBatch b, int i) {
+        return regionOf(b, i).lkey;
+    }
+
+    private void enqueueLast(long remote, int rkey, int len, long local, int lkey, long requestId, ReadListener l,
+                             long postNanos, byte reposts) {
+        if (qSize == qRemote.length) {
+            grow();
+        }
+        int i = (qHead + qSize) & (qRemote.length - 1);
+        setQueued(i, remote, rkey, len, local, lkey, requestId, l, postNanos, reposts);
+        qSize++;
+    }
+
+    private void enqueueFirst(long remote, int rkey, int len, long local, int lkey, long requestId, ReadListener l,
+                              long postNanos, byte reposts) {
+        if (qSize == qRemote.length) {
+            grow();
+        }
+        qHead = (qHead - 1) & (qRemote.length - 1);
+        setQueued(qHead, remote, rkey, len, local, lkey, requestId, l, postNanos, reposts);
+        qSize++;
+    }
+
+    private void setQueued(int i, long remote, int rkey, int len, long local, int lkey, long requestId,
+                           ReadListener l, long postNanos, byte reposts) {
+        qRemote[i] = remote;
+        qRkey[i] = rkey;
+        qLength[i] = len;
+        qLocal[i] = local;
+        qLkey[i] = lkey;
+        qRequestId[i] = requestId;
+        qListener[i] = l;
+        qPostNanos[i] = postNanos;
+        qReposts[i] = reposts;
+    }
+
+    private void grow() {
+        int c = qRemote.length * 2;
+        long[] r = new long[c];
+        int[] k = new int[c];
+        int[] len = new int[c];
+        long[] loc = new long[c];
+        int[] lk = new int[c];
+        long[] id = new long[c];
+        ReadListener[] ls = new ReadListener[c];
+        long[] t = new long[c];
+        byte[] rp = new byte[c];
+        for (int j = 0; j < qSize; j++) {
+            int from = (qHead + j) & (qRemote.length - 1);
+            r[j] = qRemote[from];
+            k[j] = qRkey[from];
+            len[j] = qLength[from];
+            loc[j] = qLocal[from];
+            lk[j] = qLkey[from];
+            id[j] = qRequestId[from];
+            ls[j] = qListener[from];
+            t[j] = qPostNanos[from];
+            rp[j] = qReposts[from];
+        }
+        qRemote = r;
+        qRkey = k;
+        qLength = len;
+        qLocal = loc;
+        qLkey = lk;
+        qRequestId = id;
+        qListener = ls;
+        qPostNanos = t;
+        qReposts = rp;
+        qHead = 0;
+    }
+
+    /** Posts queued READs while credits last, as one chain per call. Lock held, state OPEN. */
+    private void drain() {
+        while (qSize > 0 && freeTop > 0) {
+            int want = Math.min(qSize, freeTop);
+            int k = node.takeCompletionRoom(want);
+            if (k == 0) {
+                node.waitingForRoom(this);
+                return;
+            }
+            SVCPostSend chain;
+            try {
+                chain = chain(k);
+            } catch (IOException e) {
+                node.returnCompletionRoom(k);
+                failLater(ReadStatus.CONNECTION_LOST, "cannot build work requests: " + e.getMessage());
+                return;
+            }
+            long wrEpoch = (long) epoch << 32;
+            IOException chainBroken = null;
+            int mask = qRemote.length - 1;
+            for (int j = 0; j < k; j++) {
+                int q = qHead;
+                int slot = free[--freeTop];
+                slotRemote[slot] = qRemote[q];
+                slotRkey[slot] = qRkey[q];
+                slotLength[slot] = qLength[q];
+                slotLocal[slot] = qLocal[q];
+                slotLkey[slot] = qLkey[q];
+                slotRequestId[slot] = qRequestId[q];
+                slotListener[slot] = qListener[q];
+                slotPostNanos[slot] = qPostNanos[q];
+                slotReposts[slot] = qReposts[q];
+                slotBusy[slot] = true;
+                qListener[q] = null;
+                qHead = (q + 1) & mask;
+                qSize--;
+                try {
+                    SVCPostSend.SendWRMod wr = chain.getWrMod(j);
+                    wr.setWr_id(wrEpoch | slot);
+                    SVCPostSend.SgeMod sge = wr.getSgeMod(0);
+                    sge.setAddr(slotLocal[slot]);
+                    sge.setLength(slotLength[slot]);
+                    sge.setLkey(slotLkey[slot]);
+                    SVCPostSend.RdmaMod rdma = wr.getRdmaMod();
+                    rdma.setRemote_addr(slotRemote[slot]);
+                    rdma.setRkey(slotRkey[slot]);
+                } catch (IOException e) {
+                    chainBroken = e;
+                }
+            }
+            space.signalAll();
+            try {
+                if (chainBroken != null) {
+                    throw chainBroken;
+                }
+                chain.execute();
+            } catch (IOException e) {
+                // Nothing of this chain is known to be posted: the READs stay ours and fail with the channel.
+                failLater(ReadStatus.CONNECTION_LOST, "posting READs failed: " + e.getMessage());
+                return;
+            }
+        }
+    }
+
+    /** The chain of {@code k} READ work requests, built once for this queue pair. */
+    private SVCPostSend chain(int k) throws IOException {
+        SVCPostSend c = chains[k];
+        if (c == null) {
+            List<IbvSendWR> wrs = new ArrayList<>(k);
+            for (int j = 0; j < k; j++) {
+                IbvSge sge = new IbvSge();
+                List<IbvSge> sges = new ArrayList<>(1);
+                sges.add(sge);
+                IbvSendWR wr = new IbvSendWR();
+                wr.setSg_list(new java.util.LinkedList<>(sges));
+                wr.setOpcode(IbvSendWR.IBV_WR_RDMA_READ);
+                wr.setSend_flags(IbvSendWR.IBV_SEND_SIGNALED);
+                wrs.add(wr);
+            }
+            c = endpoint.postSend(new java.util.LinkedList<>(wrs));
+            chains[k] = c;
+        }
+        return c;
+    }
+
+    /** A work completion, on DiSNI's completion thread. */
+    void onCompletion(VerbsEndpoint from, long wrId, int wcStatus) {
+        ReadListener l;
+        long requestId;
+        int len;
+        int status;
+        lock.lock();
+        try {
+            if (from != endpoint || (int) (wrId >>> 32) != epoch || state != OPEN) {
+                return; // a completion of a queue pair this channel has already given up
+            }
+            int slot = (int) wrId;
+            if (slot < 0 || slot >= credits || !slotBusy[slot]) {
+                LOG.warn("completion for unknown work request {} on channel to {}", wrId, peer);
+                return;
+            }
+            if (wcStatus != WC_SUCCESS) {
+                onError(slot, wcStatus);
+                return;
+            }
+            l = slotListener[slot];
+            requestId = slotRequestId[slot];
+            len = slotLength[slot];
+            status = ReadStatus.SUCCESS;
+            releaseSlot(slot);
+            node.returnCompletionRoom(1);
+            drain();
+        } finally {
+            lock.unlock();
+        }
+        node.countRead(status, len);
+        deliver(l, requestId, status, len);
+    }
+
+    private void releaseSlot(int slot) {
+        slotBusy[slot] = false;
+        slotListener[slot] = null;
+        free[freeTop++] = slot;
+    }
+
+    /** Lock held, state OPEN. */
+    private void onError(int slot, int wcStatus) {
+        String name = wcName(wcStatus);
+        boolean refused = wcStatus == WC_REM_ACCESS || wcStatus == WC_REM_INV_REQ || wcStatus == WC_REM_OP;
+        if (!refused) {
+            failLater(ReadStatus.CONNECTION_LOST, "READ completed with " + name
+                    + (wcStatus == WC_FLUSH ? " (the queue pair went to the error state)" : ""));
+            return;
+        }
+        ReadListener badListener = slotListener[slot];
+        long badId = slotRequestId[slot];
+        long badRemote = slotRemote[slot];
+        int badRkey = slotRkey[slot];
+        int badLength = slotLength[slot];
+        releaseSlot(slot);
+        node.returnCompletionRoom(1);
+        // Every READ still outstanding was posted after the refused one and is flushed: post it again.
+        int requeued = 0;
+        List<Object[]> tooOften = new ArrayList<>();
+        for (int s = credits - 1; s >= 0; s--) {
+            if (!slotBusy[s]) {
+                continue;
+            }
+            requeued++;
+            if (slotReposts[s] >= MAX_REPOSTS) {
+                tooOften.add(new Object[] {slotListener[s], slotRequestId[s]});
+            }
+        }
+        reQueueOutstandingInPostOrder();
+        node.returnCompletionRoom(requeued);
+        epoch++;
+        state = RECOVERING;
+        VerbsEndpoint old = endpoint;
+        endpoint = null;
+        old.channel = null;
+        for (Object[] t : tooOften) {
+            node.completeLater((ReadListener) t[0], (Long) t[1], ReadStatus.CONNECTION_LOST);
+        }
+        LOG.info("READ (rkey 0x{}, address 0x{}, {} bytes) on the channel to {} was refused ({}); asking the peer "
+                        + "why and reconnecting ({} flushed READs will be posted again)", Integer.toHexString(badRkey),
+                Long.toHexString(badRemote), badLength, peer, name, requeued);
+        node.execute(() -> recover(old, badListener, badId, badRemote, badRkey, badLength));
+    }
+
+    /** Puts the outstanding READs back at the head of the queue, oldest first. Lock held. */
+    private void reQueueOutstandingInPostOrder() {
+        Integer[] order = new Integer[credits];
+        int n = 0;
+        for (int s = 0; s < credits; s++) {
+            if (slotBusy[s]) {
+                order[n++] = s;
+            }
+        }
+        java.util.Arrays.sort(order, 0, n, (a, b) -> Long.compare(slotPostNanos[a], slotPostNanos[b]));
+        for (int j = n - 1; j >= 0; j--) {
+            int s = order[j];
+            if (slotReposts[s] < MAX_REPOSTS) {
+                enqueueFirst(slotRemote[s], slotRkey[s], slotLength[s], slotLocal[s], slotLkey[s], slotRequestId[s],
+                        slotListener[s], slotPostNanos[s], (byte) (slotReposts[s] + 1));
+            }
+            releaseSlot(s);
+        }
+    }
+
+    /** Off the completion thread: learns why the READ was refused, completes it, and reconnects. */
+    private void recover(VerbsEndpoint old, ReadListener badListener, long badId, long remote, int rkey, int len) {
+        old.closeQuietly();
+        int why;
+        try {
+            why = node.diagnose(peer, rkey, remote, len);
+        } catch (IOException e) {
+            node.countRead(ReadStatus.CONNECTION_LOST, 0);
+            deliver(badListener, badId, ReadStatus.CONNECTION_LOST, 0);
+            fail(ReadStatus.CONNECTION_LOST, "the peer refused a READ and cannot be asked why: " + e.getMessage());
+            return;
+        }
+        int status = why == ReadStatus.SUCCESS ? ReadStatus.PROTOCOL_ERROR : why;
+        node.countRead(status, 0);
+        deliver(badListener, badId, status, 0);
+        VerbsEndpoint fresh;
+        try {
+            fresh = node.openEndpoint(rdmaTarget, node.connectTimeoutMs());
+        } catch (IOException e) {
+            fail(ReadStatus.CONNECTION_LOST, "reconnecting after a refused READ failed: " + e.getMessage());
+            return;
+        }
+        lock.lock();
+        try {
+            if (state != RECOVERING) {
+                fresh.closeQuietly();
+                return;
+            }
+            attach(fresh);
+            drain();
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    @Override
+    public CompletableFuture<ByteBuffer> call(ByteBuffer request) {
+        if (state == CLOSED) {
+            return CompletableFuture.failedFuture(new TransportException("channel to " + peer + " is closed",
+                    ReadStatus.CHANNEL_CLOSED, null));
+        }
+        return node.userCall(peer, request);
+    }
+
+    /** Fails the channel when a READ has been outstanding or queued longer than the request timeout. */
+    void checkTimeouts(long now) {
+        String late = null;
+        lock.lock();
+        try {
+            if (state == CLOSED) {
+                return;
+            }
+            for (int s = 0; s < credits && late == null; s++) {
+                if (slotBusy[s] && now - slotPostNanos[s] > requestTimeoutNanos) {
+                    late = "a READ was outstanding";
+                }
+            }
+            if (late == null && qSize > 0 && now - qPostNanos[qHead] > requestTimeoutNanos) {
+                late = "a READ waited to be posted";
+            }
+        } finally {
+            lock.unlock();
+        }
+        if (late != null) {
+            fail(ReadStatus.TIMEOUT, late + " longer than spark.shuffle.rdma.requestTimeout ("
+                    + TimeUnit.NANOSECONDS.toMillis(requestTimeoutNanos) + " ms)");
+        }
+    }
+
+    /** Completion room became free on the node: post what waits. */
+    void roomAvailable() {
+        lock.lock();
+        try {
+            if (state == OPEN) {
+                drain();
+            }
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** The queue pair disconnected (the peer closed or went away). */
+    void onDisconnected(VerbsEndpoint ep) {
+        if (ep == endpoint) {
+            failLater(ReadStatus.CONNECTION_LOST, "the peer disconnected");
+        }
+    }
+
+    private void failLater(int status, String why) {
+        node.execute(() -> fail(status, why));
+    }
+
+    /** Completes every READ with {@code status}, closes the queue pair and leaves the node's cache. */
+    void fail(int status, String why) {
+        List<ReadListener> ls = new ArrayList<>();
+        List<Long> ids = new ArrayList<>();
+        VerbsEndpoint ep;
+        lock.lock();
+        try {
+            if (state == CLOSED) {
+                return;
+            }
+            state = CLOSED;
+            epoch++;
+            int outstanding = 0;
+            for (int s = 0; s < credits; s++) {
+                if (slotBusy[s]) {
+                    ls.add(slotListener[s]);
+                    ids.add(slotRequestId[s]);
+                    releaseSlot(s);
+                    outstanding++;
+                }
+            }
+            node.returnCompletionRoom(outstanding);
+            while (qSize > 0) {
+                ls.add(qListener[qHead]);
+                ids.add(qRequestId[qHead]);
+                qListener[qHead] = null;
+                qHead = (qHead + 1) & (qRemote.length - 1);
+                qSize--;
+            }
+            ep = endpoint;
+            endpoint = null;
+            for (int k = 1; k < chains.length; k++) {
+                if (chains[k] != null) {
+                    chains[k].free();
+                    chains[k] = null;
+                }
+            }
+            space.signalAll();
+        } finally {
+            lock.unlock();
+        }
+        if (status != ReadStatus.CHANNEL_CLOSED || !ls.isEmpty()) {
+            LOG.info("channel to {} failed: {} ({} READs completed with '{}')", peer, why, ls.size(),
+                    ReadStatus.describe(status));
+        }
+        node.channelClosed(this);
+        if (ep != null) {
+            ep.channel = null;
+            ep.closeQuietly();
+        }
+        for (int i = 0; i < ls.size(); i++) {
+            node.countRead(status, 0);
+            deliver(ls.get(i), ids.get(i), status, 0);
+        }
+    }
+
+    @Override
+    public void close() {
+        fail(ReadStatus.CHANNEL_CLOSED, "closed");
+    }
+
+    private void deliver(ReadListener l, long requestId, int status, int len) {
+        try {
+            l.onReadComplete(requestId, status, len);
+        } catch (RuntimeException e) {
+            LOG.error("READ listener failed for request {} on channel to {}", requestId, peer, e);
+        }
+    }
+
+    private static String wcName(int s) {
+        IbvWC.IbvWcStatus[] all = IbvWC.IbvWcStatus.values();
+        return s >= 0 && s < all.length ? all[s].name() : "completion status " + s;
+    }
+
+    @Override
+    public String toString() {
+        return "VerbsChannel[" + peer + " via " + rdmaTarget + "]";
+    }
+}

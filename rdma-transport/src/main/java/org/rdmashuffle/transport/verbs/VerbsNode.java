@@ -1,0 +1,633 @@
+package org.rdmashuffle.transport.verbs;
+
+import com.ibm.disni.RdmaActiveEndpointGroup;
+import com.ibm.disni.RdmaServerEndpoint;
+import com.ibm.disni.verbs.IbvMr;
+import com.ibm.disni.verbs.IbvPd;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.LongAdder;
+import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.pool.Registrar;
+import org.rdmashuffle.transport.ControlHandler;
+import org.rdmashuffle.transport.MemoryRegion;
+import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.NodeOptions;
+import org.rdmashuffle.transport.NodeStats;
+import org.rdmashuffle.transport.RdmaChannel;
+import org.rdmashuffle.transport.RdmaNode;
+import org.rdmashuffle.transport.ReadListener;
+import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.RegionAccess;
+import org.rdmashuffle.transport.TransportException;
+import org.rdmashuffle.transport.tcp.Mappings;
+import org.rdmashuffle.transport.tcp.TcpNode;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A node of the verbs provider (DiSNI 2.1): an rdma_cm listener whose accepted RC queue pairs let peers
+ * READ this node's regions without this node's CPU, one protection domain for every registration, and
+ * one completion queue (polled by DiSNI's completion thread) for the queue pairs of its channels.
+ *
+ * <p>Connection set-up and the small two-sided control messages go over an authenticated TCP control
+ * connection (the tcp provider's handshake and framing, at the port this node advertises): a peer
+ * learns the rdma_cm port there, and a READ the peer refuses is diagnosed there. READ data never
+ * crosses it. DiSNI's types stay inside this package.
+ */
+public final class VerbsNode implements RdmaNode {
+    private static final Logger LOG = LoggerFactory.getLogger(VerbsNode.class);
+    public static final String PROVIDER = "verbs";
+
+    private static final byte OP_USER = 0;
+    private static final byte OP_HELLO = 1;
+    private static final byte OP_DIAGNOSE = 2;
+
+    private final RdmaShuffleConf conf;
+    private final ControlHandler userHandler;
+    private final int credits;
+    private final RdmaActiveEndpointGroup<VerbsEndpoint> group;
+    private final RdmaServerEndpoint<VerbsEndpoint> listener;
+    private final IbvPd pd;
+    private final int rdmaPort;
+    private final TcpNode control;
+    private final NodeAddress address;
+    private final Thread acceptor;
+    private final ScheduledExecutorService timer;
+    private final ExecutorService worker;
+    private final Set<VerbsEndpoint> accepted = ConcurrentHashMap.newKeySet();
+    private final Map<Integer, VerbsRegion> regions = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<NodeAddress, VerbsChannel> channels = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<NodeAddress, CompletableFuture<VerbsChannel>> connecting =
+            new ConcurrentHashMap<>();
+    private final Set<VerbsChannel> waitingForRoom = ConcurrentHashMap.newKeySet();
+    private final AtomicInteger completionRoom;
+    private final AtomicLong registeredBytes = new AtomicLong();
+    private final LongAdder readsCompleted = new LongAdder();
+    private final LongAdder readsFailed = new LongAdder();
+    private final LongAdder bytesRead = new LongAdder();
+    private volatile Thread completionThread;
+    private volatile boolean closed;
+
+    public VerbsNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
+        this.conf = conf;
+        this.userHandler = options.controlHandler();
+        this.credits = Math.min(conf.maxReadsInFlightPerPeer(), conf.verbsMaxQpReadAtoms());
+        this.completionRoom = new AtomicInteger(conf.verbsCompletionQueueSize());
+        InetSocketAddress bind = new InetSocketAddress(options.bindHost(), 0);
+        if (bind.isUnresolved()) {
+            throw new TransportException("verbs: cannot resolve bind host " + options.bindHost());
+        }
+        RdmaActiveEndpointGroup<VerbsEndpoint> g = null;
+        RdmaServerEndpoint<VerbsEndpoint> l = null;
+        TcpNode c = null;
+        try {
+            g = new RdmaActiveEndpointGroup<>(conf.verbsEventTimeoutMs(), false, credits, 1,
+                    conf.verbsCompletionQueueSize());
+            final RdmaActiveEndpointGroup<VerbsEndpoint> fg = g;
+            g.init((id, serverSide) -> new VerbsEndpoint(this, fg, id, serverSide));
+            l = g.createServerEndpoint();
+            try {
+                l.bind(bind, 256);
+            } catch (Exception e) {
+                throw new TransportException("verbs: cannot listen with rdma_cm on " + options.bindHost() + ": "
+                        + e.getMessage() + " (is the address on an RDMA device? see `rdma link show`)", e);
+            }
+            IbvPd p = l.getPd();
+            if (p == null) {
+                throw new TransportException("verbs: no RDMA device serves " + options.bindHost()
+                        + " (rdma_cm bound no device; bind to the address of an RDMA-capable interface)");
+            }
+            this.pd = p;
+            this.rdmaPort = portOf(l.getSrcAddr());
+            this.group = g;
+            this.listener = l;
+            c = new TcpNode(conf, options.withControlHandler(this::onControl));
+            this.control = c;
+        } catch (IOException | RuntimeException e) {
+            closeQuietly(c, l, g);
+            throw e;
+        } catch (Exception e) {
+            closeQuietly(c, l, g);
+            throw new TransportException("verbs: cannot start: " + e, e);
+        }
+        int port = control.localAddress().port();
+        this.address = new NodeAddress(options.advertisedHost(), port, PROVIDER);
+        this.timer = Executors.newSingleThreadScheduledExecutor(daemon("rdma-verbs-timer-" + port));
+        this.worker = Executors.newCachedThreadPool(daemon("rdma-verbs-worker-" + port));
+        long tick = Math.max(10, Math.min(1000, conf.requestTimeoutMs() / 4));
+        timer.scheduleWithFixedDelay(this::checkTimeouts, tick, tick, TimeUnit.MILLISECONDS);
+        this.acceptor = new Thread(this::acceptLoop, "rdma-verbs-acceptor-" + port);
+        acceptor.setDaemon(true);
+        acceptor.start();
+        LOG.info("verbs node listening on {} (rdma_cm port {}, {} READs in flight per channel, completion queue {})",
+                address, rdmaPort, credits, conf.verbsCompletionQueueSize());
+    }
+
+    private static int portOf(SocketAddress a) throws TransportException {
+        if (a instanceof InetSocketAddress i && i.getPort() > 0) {
+            return i.getPort();
+        }
+        throw new TransportException("verbs: rdma_cm listener reports no port (" + a + ")");
+    }
+
+    private static java.util.concurrent.ThreadFactory daemon(String name) {
+        AtomicInteger n = new AtomicInteger();
+        return r -> {
+            int i = n.getAndIncrement();
+            Thread t = new Thread(r, i == 0 ? name : name.replaceFirst("-(\\d+)$", "-" + i + "-$1"));
+            t.setDaemon(true);
+            return t;
+        };
+    }
+
+    private static void closeQuietly(TcpNode c, RdmaServerEndpoint<VerbsEndpoint> l,
+                                     RdmaActiveEndpointGroup<VerbsEndpoint> g) {
+        if (c != null) {
+            c.close();
+        }
+        try {
+            if (l != null) {
+                l.close();
+            }
+        } catch (Exception e) {
+            LOG.debug("closing rdma_cm listener", e);
+        }
+        try {
+            if (g != null) {
+                g.close();
+            }
+        } catch (Exception e) {
+            LOG.debug("closing DiSNI endpoint group", e);
+        }
+    }
+
+    // ---- control messages ----
+
+    private ByteBuffer onControl(ByteBuffer request) throws Exception {
+        if (!request.hasRemaining()) {
+            throw new IllegalArgumentException("empty verbs control message");
+        }
+        byte op = request.get();
+        switch (op) {
+            case OP_USER:
+                return userHandler.onMessage(request.slice());
+            case OP_HELLO:
+                return ByteBuffer.allocate(8).putInt(0, rdmaPort).putInt(4, credits);
+            case OP_DIAGNOSE: {
+                int rkey = request.getInt();
+                long addr = request.getLong();
+                int len = request.getInt();
+                VerbsRegion r = regions.get(rkey);
+                int status = r == null ? ReadStatus.UNKNOWN_KEY : r.check(addr, len);
+                return ByteBuffer.allocate(1).put(0, (byte) status);
+            }
+            default:
+                throw new IllegalArgumentException("unknown verbs control message " + op);
+        }
+    }
+
+    private NodeAddress controlAddress(NodeAddress peer) {
+        return new NodeAddress(peer.host(), peer.port(), TcpNode.PROVIDER);
+    }
+
+    private ByteBuffer controlCall(NodeAddress peer, ByteBuffer message) throws IOException {
+        RdmaChannel ch = control.connect(controlAddress(peer));
+        try {
+            return ch.call(message).get(conf.requestTimeoutMs(), TimeUnit.MILLISECONDS);
+        } catch (ExecutionException e) {
+            Throwable c = e.getCause();
+            throw c instanceof IOException io ? io : new TransportException(String.valueOf(c), c);
+        } catch (TimeoutException e) {
+            throw new TransportException("no reply from " + peer + " within spark.shuffle.rdma.requestTimeout",
+                    ReadStatus.TIMEOUT, e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new TransportException("interrupted waiting for " + peer, e);
+        }
+    }
+
+    CompletableFuture<ByteBuffer> userCall(NodeAddress peer, ByteBuffer request) {
+        ByteBuffer m = ByteBuffer.allocate(1 + request.remaining());
+        m.put(OP_USER).put(request.duplicate()).flip();
+        try {
+            return control.connect(controlAddress(peer)).call(m);
+        } catch (TransportException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+    }
+
+    /** Asks {@code peer} what a READ of {@code len} bytes at {@code addr} under {@code rkey} would get. */
+    int diagnose(NodeAddress peer, int rkey, long addr, int len) throws IOException {
+        ByteBuffer m = ByteBuffer.allocate(17).put(OP_DIAGNOSE).putInt(rkey).putLong(addr).putInt(len).flip();
+        ByteBuffer reply = controlCall(peer, m);
+        if (reply.remaining() != 1) {
+            throw new TransportException("malformed diagnosis from " + peer, ReadStatus.PROTOCOL_ERROR, null);
+        }
+        return reply.get(reply.position()) & 0xFF;
+    }
+
+    // ---- connections ----
+
+    @Override
+    public NodeAddress localAddress() {
+        return address;
+    }
+
+    @Override
+    public RdmaChannel connect(NodeAddress peer) throws TransportException {
+        if (!PROVIDER.equals(peer.provider())) {
+            throw new TransportException("cannot reach " + peer + " from a verbs node: providers differ");
+        }
+        long waitMs = (conf.connectTimeoutMs() + conf.connectRetryWaitMs()) * (conf.connectRetries() + 1) * 2 + 1000;
+        for (;;) {
+            ensureOpen();
+            VerbsChannel c = channels.get(peer);
+            if (c != null && c.isOpen()) {
+                return c;
+            }
+            CompletableFuture<VerbsChannel> mine = new CompletableFuture<>();
+            CompletableFuture<VerbsChannel> other = connecting.putIfAbsent(peer, mine);
+            if (other != null) {
+                try {
+                    other.get(waitMs, TimeUnit.MILLISECONDS);
+                } catch (ExecutionException e) {
+                    if (e.getCause() instanceof TransportException te) {
+                        throw te;
+                    }
+                    throw new TransportException("connecting to " + peer + " failed", e.getCause());
+                } catch (TimeoutException e) {
+                    throw new TransportException("timed out waiting for another thread's connect to " + peer, e);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new TransportException("interrupted while connecting to " + peer, e);
+                }
+                continue;
+            }
+            try {
+                VerbsChannel fresh = open(peer);
+                channels.put(peer, fresh);
+                mine.complete(fresh);
+                if (closed) {
+                    fresh.close();
+                    ensureOpen();
+                }
+                return fresh;
+            } catch (TransportException | RuntimeException e) {
+                mine.completeExceptionally(e);
+                throw e;
+            } finally {
+                connecting.remove(peer, mine);
+            }
+        }
+    }
+
+    private VerbsChannel open(NodeAddress peer) throws TransportException {
+        ByteBuffer hello;
+        try {
+            hello = controlCall(peer, ByteBuffer.wrap(new byte[] {OP_HELLO}));
+        } catch (IOException e) {
+            throw new TransportException("cannot connect to " + peer + ": " + e.getMessage(), ReadStatus.CONNECTION_LOST,
+                    e);
+        }
+        if (hello.remaining() < 8) {
+            throw new TransportException("cannot connect to " + peer + ": its control reply is not a verbs hello "
+                    + "(is it a tcp node?)", ReadStatus.PROTOCOL_ERROR, null);
+        }
+        int port = hello.getInt(hello.position());
+        InetSocketAddress target = new InetSocketAddress(peer.host(), port);
+        int attempts = conf.connectRetries() + 1;
+        IOException last = null;
+        for (int a = 1; a <= attempts; a++) {
+            ensureOpen();
+            VerbsChannel ch = new VerbsChannel(this, peer, target, credits, conf.sendQueueDepth(),
+                    conf.requestTimeoutMs());
+            try {
+                ch.start(conf.connectTimeoutMs());
+                return ch;
+            } catch (IOException e) {
+                last = e;
+                LOG.debug("rdma_cm connect attempt {}/{} to {} failed: {}", a, attempts, target, e.toString());
+                if (a < attempts) {
+                    try {
+                        Thread.sleep(conf.connectRetryWaitMs());
+                    } catch (InterruptedException ie) {
+                        Thread.currentThread().interrupt();
+                        throw new TransportException("interrupted while connecting to " + peer, ie);
+                    }
+                }
+            }
+        }
+        throw new TransportException("cannot connect to " + peer + " (rdma_cm " + target + ") after " + attempts
+                + " attempt(s): " + (last == null ? "?" : last.getMessage()), ReadStatus.CONNECTION_LOST, last);
+    }
+
+    /** A connected client queue pair to {@code target}. */
+    VerbsEndpoint openEndpoint(InetSocketAddress target, long timeoutMs) throws IOException {
+        ensureOpen();
+        VerbsEndpoint ep = group.createEndpoint();
+        try {
+            ep.connectWithin(target, timeoutMs);
+            return ep;
+        } catch (IOException | RuntimeException e) {
+            ep.closeQuietly();
+            throw e;
+        }
+    }
+
+    long connectTimeoutMs() {
+        return conf.connectTimeoutMs();
+    }
+
+    private void acceptLoop() {
+        while (!closed) {
+            try {
+                VerbsEndpoint ep = listener.accept();
+                if (closed) {
+                    ep.closeQuietly();
+                    break;
+                }
+                accepted.add(ep);
+            } catch (IOException | RuntimeException e) {
+                if (closed) {
+                    break;
+                }
+                LOG.debug("accepting an rdma_cm connection failed", e);
+            }
+        }
+    }
+
+    void endpointDisconnected(VerbsEndpoint ep, boolean serverSide) {
+        if (serverSide) {
+            if (accepted.remove(ep)) {
+                execute(ep::closeQuietly);
+            }
+        } else {
+            VerbsChannel c = ep.channel;
+            if (c != null) {
+                c.onDisconnected(ep);
+            }
+        }
+    }
+
+    void channelClosed(VerbsChannel c) {
+        channels.remove(c.peer(), c);
+        waitingForRoom.remove(c);
+    }
+
+    // ---- completions ----
+
+    boolean isCompletionThread() {
+        return Thread.currentThread() == completionThread;
+    }
+
+    void noteCompletionThread() {
+        if (completionThread == null) {
+            completionThread = Thread.currentThread();
+        }
+    }
+
+    int takeCompletionRoom(int want) {
+        for (;;) {
+            int r = completionRoom.get();
+            if (r <= 0) {
+                return 0;
+            }
+            int k = Math.min(r, want);
+            if (completionRoom.compareAndSet(r, r - k)) {
+                return k;
+            }
+        }
+    }
+
+    void returnCompletionRoom(int n) {
+        if (n <= 0) {
+            return;
+        }
+        completionRoom.addAndGet(n);
+        if (!waitingForRoom.isEmpty()) {
+            for (VerbsChannel c : waitingForRoom) {
+                if (waitingForRoom.remove(c)) {
+                    execute(c::roomAvailable);
+                }
+            }
+        }
+    }
+
+    void waitingForRoom(VerbsChannel c) {
+        waitingForRoom.add(c);
+        if (completionRoom.get() > 0 && waitingForRoom.remove(c)) {
+            execute(c::roomAvailable);
+        }
+    }
+
+    void countRead(int status, int len) {
+        if (status == ReadStatus.SUCCESS) {
+            readsCompleted.increment();
+            bytesRead.add(len);
+        } else {
+            readsFailed.increment();
+        }
+    }
+
+    /** Completes a READ that was never posted, off the caller's thread. */
+    void completeLater(ReadListener l, long requestId, int status) {
+        countRead(status, 0);
+        execute(() -> {
+            try {
+                l.onReadComplete(requestId, status, 0);
+            } catch (RuntimeException e) {
+                LOG.error("READ listener failed for request {}", requestId, e);
+            }
+        });
+    }
+
+    void execute(Runnable r) {
+        try {
+            worker.execute(r);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            r.run(); // closing: run here rather than lose a completion
+        }
+    }
+
+    ScheduledFuture<?> schedule(Runnable r, long delayMs) {
+        return timer.schedule(r, delayMs, TimeUnit.MILLISECONDS);
+    }
+
+    private void checkTimeouts() {
+        long now = System.nanoTime();
+        for (VerbsChannel c : channels.values()) {
+            c.checkTimeouts(now);
+        }
+    }
+
+    void logClose(VerbsEndpoint ep, Exception e) {
+        LOG.debug("closing endpoint {} failed", ep, e);
+    }
+
+    // ---- memory ----
+
+    @Override
+    public MemoryRegion register(ByteBuffer directBuffer, RegionAccess access) throws IOException {
+        if (!directBuffer.isDirect()) {
+            throw new IllegalArgumentException("only direct buffers can be registered");
+        }
+        return add(directBuffer.duplicate().clear(), access, false);
+    }
+
+    @Override
+    public MemoryRegion registerFile(Path file, long offset, int length) throws IOException {
+        if (offset < 0 || length <= 0) {
+            throw new IllegalArgumentException("bad file range: offset " + offset + ", length " + length);
+        }
+        MappedByteBuffer mapped;
+        try (FileChannel fc = FileChannel.open(file, StandardOpenOption.READ)) {
+            long size = fc.size();
+            if (offset + length > size) {
+                throw new IllegalArgumentException("range " + offset + "+" + length + " is beyond the end of "
+                        + file + " (" + size + " bytes)");
+            }
+            mapped = fc.map(FileChannel.MapMode.READ_ONLY, offset, length);
+        }
+        try {
+            return add(mapped, RegionAccess.REMOTE_READ, true);
+        } catch (IOException | RuntimeException e) {
+            Mappings.unmap(mapped);
+            throw e;
+        }
+    }
+
+    private VerbsRegion add(ByteBuffer memory, RegionAccess access, boolean ownsMapping) throws IOException {
+        ensureOpen();
+        // Served memory: REMOTE_READ only (a read-only file mapping cannot be registered writable). READ
+        // sinks: LOCAL_WRITE | REMOTE_WRITE, which iWARP requires of the buffer a READ response lands in.
+        int flags = access == RegionAccess.REMOTE_READ ? IbvMr.IBV_ACCESS_REMOTE_READ
+                : IbvMr.IBV_ACCESS_LOCAL_WRITE | IbvMr.IBV_ACCESS_REMOTE_WRITE;
+        IbvMr mr;
+        try {
+            mr = pd.regMr(memory, flags).execute().free().getMr();
+        } catch (IOException | RuntimeException e) {
+            throw new TransportException("verbs: registering " + memory.capacity() + " bytes failed: " + e.getMessage()
+                    + " (check the locked-memory limit, `ulimit -l`, and the device's max_mr_size)", e);
+        }
+        if (mr == null) {
+            throw new TransportException("verbs: registering " + memory.capacity() + " bytes failed (check the "
+                    + "locked-memory limit, `ulimit -l`, and the device's max_mr_size)");
+        }
+        VerbsRegion r = new VerbsRegion(this, mr, memory, access, ownsMapping);
+        regions.put(r.rkey, r);
+        registeredBytes.addAndGet(r.length);
+        if (closed) {
+            r.close();
+            ensureOpen();
+        }
+        return r;
+    }
+
+    void deregistered(VerbsRegion r) {
+        regions.remove(r.rkey, r);
+        registeredBytes.addAndGet(-r.length);
+    }
+
+    @Override
+    public Registrar sinkRegistrar() {
+        return memory -> register(memory, RegionAccess.READ_SINK);
+    }
+
+    /**
+     * Counters. READs served to peers are not counted: with one-sided READs this node's CPU never sees
+     * them (readsServed, readsRefused and bytesServed stay 0).
+     */
+    @Override
+    public NodeStats stats() {
+        int open = 0;
+        for (VerbsChannel c : channels.values()) {
+            if (c.isOpen()) {
+                open++;
+            }
+        }
+        return new NodeStats(readsCompleted.sum(), readsFailed.sum(), bytesRead.sum(), 0, 0, 0, regions.size(),
+                registeredBytes.get(), open);
+    }
+
+    private void ensureOpen() throws TransportException {
+        if (closed) {
+            throw new TransportException("node " + address + " is closed", ReadStatus.CHANNEL_CLOSED, null);
+        }
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        timer.shutdownNow();
+        for (VerbsChannel c : channels.values()) {
+            c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
+        }
+        synchronized (listener) {
+            listener.notifyAll(); // DiSNI's accept() waits on the listener without a bound
+        }
+        acceptor.interrupt();
+        try {
+            listener.close();
+        } catch (Exception e) {
+            LOG.debug("closing rdma_cm listener", e);
+        }
+        join(acceptor);
+        for (VerbsEndpoint ep : accepted) {
+            ep.closeQuietly();
+        }
+        accepted.clear();
+        for (VerbsRegion r : regions.values().toArray(new VerbsRegion[0])) {
+            r.close();
+        }
+        worker.shutdown();
+        try {
+            if (!worker.awaitTermination(5, TimeUnit.SECONDS)) {
+                worker.shutdownNow();
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        try {
+            group.close(); // joins DiSNI's threads, each within spark.shuffle.rdma.verbs.eventTimeout
+        } catch (Exception e) {
+            LOG.warn("closing DiSNI's endpoint group failed", e);
+        }
+        control.close();
+        LOG.info("verbs node {} closed: {} READs completed ({} bytes), {} failed", address, readsCompleted.sum(),
+                bytesRead.sum(), readsFailed.sum());
+    }
+
+    private static void join(Thread t) {
+        try {
+            t.join(5_000);
+            if (t.isAlive()) {
+                LOG.warn("{} did not stop within 5 s", t.getName());
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+}

@@ -1,0 +1,106 @@
+package org.rdmashuffle.transport.verbs;
+
+import com.ibm.disni.verbs.IbvMr;
+import java.nio.ByteBuffer;
+import org.rdmashuffle.transport.MemoryRegion;
+import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.RegionAccess;
+import org.rdmashuffle.transport.RegionDescriptor;
+import org.rdmashuffle.transport.tcp.Mappings;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A memory region registered with the device. Its descriptor publishes the region's virtual address
+ * and its rkey (never the lkey, which only local work requests use). Closing deregisters it; memory
+ * the node mapped itself is unmapped after the device has let go of it.
+ */
+final class VerbsRegion implements MemoryRegion {
+    private static final Logger LOG = LoggerFactory.getLogger(VerbsRegion.class);
+
+    final VerbsNode node;
+    final long address;
+    final int length;
+    final int lkey;
+    final int rkey;
+    private final IbvMr mr;
+    private final ByteBuffer memory;
+    private final boolean ownsMapping;
+    private final RegionAccess access;
+    private final RegionDescriptor descriptor;
+    private volatile boolean open = true;
+
+    VerbsRegion(VerbsNode node, IbvMr mr, ByteBuffer memory, RegionAccess access, boolean ownsMapping) {
+        this.node = node;
+        this.mr = mr;
+        this.memory = memory;
+        this.access = access;
+        this.ownsMapping = ownsMapping;
+        this.address = mr.getAddr();
+        this.length = memory.capacity();
+        this.lkey = mr.getLkey();
+        this.rkey = mr.getRkey();
+        this.descriptor = new RegionDescriptor(address, length, rkey);
+    }
+
+    @Override
+    public RegionDescriptor descriptor() {
+        return descriptor;
+    }
+
+    @Override
+    public RegionAccess access() {
+        return access;
+    }
+
+    @Override
+    public int length() {
+        return length;
+    }
+
+    @Override
+    public boolean isOpen() {
+        return open;
+    }
+
+    /** What a READ of {@code len} bytes at {@code addr} under this region's rkey would get. */
+    int check(long addr, int len) {
+        if (!open) {
+            return ReadStatus.UNKNOWN_KEY;
+        }
+        if (access != RegionAccess.REMOTE_READ) {
+            return ReadStatus.ACCESS_DENIED;
+        }
+        if (len <= 0) {
+            return ReadStatus.INVALID_LENGTH;
+        }
+        if (addr < address || addr - address > length - (long) len) {
+            return ReadStatus.OUT_OF_BOUNDS;
+        }
+        return ReadStatus.SUCCESS;
+    }
+
+    @Override
+    public void close() {
+        synchronized (this) {
+            if (!open) {
+                return;
+            }
+            open = false;
+        }
+        node.deregistered(this);
+        try {
+            mr.deregMr().execute().free();
+        } catch (Exception e) {
+            LOG.warn("deregistering {} failed", this, e);
+        }
+        if (ownsMapping) {
+            Mappings.unmap(memory);
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "VerbsRegion[" + descriptor + ", " + access + "]";
+    }
+}

@@ -1,0 +1,50 @@
+package org.rdmashuffle.transport.verbs;
+
+import java.io.IOException;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Optional;
+import org.junit.jupiter.api.Assumptions;
+import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.transport.NodeOptions;
+import org.rdmashuffle.transport.RdmaNode;
+import org.rdmashuffle.transport.TransportContractTest;
+import org.rdmashuffle.transport.VerbsSupport;
+
+/**
+ * The transport contract on the verbs provider. It needs what CI machines lack — libdisni on
+ * {@code java.library.path}, an RDMA device, and that device's IP address in the system property
+ * {@code rdma.test.verbs.host} — so it skips, saying which is missing, unless the SoftiWARP/Soft-RoCE
+ * harness ({@code benchmarks/verbs-vm/run.sh}) runs it inside its guest.
+ */
+class VerbsTransportContractTest extends TransportContractTest {
+    private static final String HOST = System.getProperty("rdma.test.verbs.host", "");
+
+    /** Skips the test (each one, so every report shows why) where the verbs provider cannot run. */
+    private static void needsAnRdmaDevice() {
+        Optional<String> missing = VerbsSupport.missing();
+        Assumptions.assumeTrue(missing.isEmpty(), () -> "verbs provider cannot run here: " + missing.orElse(""));
+        Assumptions.assumeTrue(!HOST.isEmpty(),
+                "set -Drdma.test.verbs.host=<IP address of the RDMA device> to run the verbs contract");
+    }
+
+    @Override
+    protected RdmaNode openNode(Map<String, String> settings, NodeOptions options) throws IOException {
+        needsAnRdmaDevice();
+        Map<String, String> s = new HashMap<>(settings);
+        s.put("spark.shuffle.rdma.provider", "verbs");
+        s.putIfAbsent("spark.shuffle.rdma.verbs.maxQpReadAtoms",
+                System.getProperty("rdma.test.verbs.maxQpReadAtoms", "16"));
+        return new VerbsNode(new RdmaShuffleConf(s), options);
+    }
+
+    @Override
+    protected String host() {
+        return HOST;
+    }
+
+    @Override
+    protected boolean servingNodeCountsReads() {
+        return false;
+    }
+}
