@@ -29,7 +29,7 @@ opens="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.la
  --add-opens=java.base/sun.security.action=ALL-UNNAMED --add-opens=java.base/sun.util.calendar=ALL-UNNAMED
  -Dio.netty.tryReflectionSetAccessible=true"
 # shellcheck disable=SC2086
-exec java -Xmx2g -Djava.awt.headless=true $opens \
+exec java -Xmx2g -Djava.awt.headless=true $opens ${RDMA_JAVA_OPTS:-} \
   -Dspark.driver.host="$SPARK_LOCAL_IP" -Dspark.driver.bindAddress="$SPARK_LOCAL_IP" \
   -cp "$examples_jar:$rdma_jar:$root/examples/target/lib/*:$SPARK_HOME/jars/*" \
   "org.rdmashuffle.examples.${RDMA_MAIN_CLASS:-ShuffleComparison}" \

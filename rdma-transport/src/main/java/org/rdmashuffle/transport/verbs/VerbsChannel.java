@@ -32,20 +32,18 @@ import org.slf4j.LoggerFactory;
  * from the completion thread as earlier ones complete. Work requests are built once per chain length
  * and only their fields are rewritten for each post, so posting allocates nothing.
  *
- * <p>A READ the peer refuses (unknown or stale rkey, out of bounds, not readable) moves an RC queue
- * pair to the error state, which flushes every READ posted after it. The channel then asks the peer,
- * over the authenticated control connection, why that READ was refused and completes it with that
- * status; the flushed READs — which were valid — are posted again on a fresh queue pair. A lost peer,
- * a failed reconnect or a READ outstanding past the request timeout fails the channel instead: every
- * READ completes with an error and the node forgets the channel.
+ * <p>When the queue pair fails — an RC queue pair goes to the error state on a READ the peer refuses
+ * (unknown or stale rkey, out of bounds, not readable) and flushes every READ posted after it — the
+ * channel asks the peer, over the authenticated control connection, whether the READ that failed it
+ * was valid. An invalid one completes with the peer's reason; a valid one is posted again, with the
+ * flushed READs, on a fresh queue pair. A peer that cannot be asked or reconnected, or a READ
+ * outstanding past the request timeout, fails the channel instead: every READ completes with an
+ * error and the node forgets the channel, so the next connect makes a new one.
  */
 final class VerbsChannel implements RdmaChannel {
     private static final Logger LOG = LoggerFactory.getLogger(VerbsChannel.class);
     private static final int WC_SUCCESS = IbvWC.IbvWcStatus.IBV_WC_SUCCESS.ordinal();
     private static final int WC_FLUSH = IbvWC.IbvWcStatus.IBV_WC_WR_FLUSH_ERR.ordinal();
-    private static final int WC_REM_ACCESS = IbvWC.IbvWcStatus.IBV_WC_REM_ACCESS_ERR.ordinal();
-    private static final int WC_REM_INV_REQ = IbvWC.IbvWcStatus.IBV_WC_REM_INV_REQ_ERR.ordinal();
-    private static final int WC_REM_OP = IbvWC.IbvWcStatus.IBV_WC_REM_OP_ERR.ordinal();
     private static final int OPEN = 0;
     private static final int RECOVERING = 1;
     private static final int CLOSED = 2;
@@ -77,6 +75,9 @@ final class VerbsChannel implements RdmaChannel {
     private final long[] slotPostNanos;
     private final byte[] slotReposts;
     private final boolean[] slotBusy;
+    private final long[] slotSeq;
+    private final int[] order;
+    private long postSeq;
     private final int[] free;
     private int freeTop;
     // READs waiting for a credit: a ring that grows.
@@ -111,6 +112,8 @@ final class VerbsChannel implements RdmaChannel {
         slotPostNanos = new long[credits];
         slotReposts = new byte[credits];
         slotBusy = new boolean[credits];
+        slotSeq = new long[credits];
+        order = new int[credits];
         free = new int[credits];
         for (int i = 0; i < credits; i++) {
             free[i] = credits - 1 - i;
@@ -340,6 +343,7 @@ final class VerbsChannel implements RdmaChannel {
                 slotPostNanos[slot] = qPostNanos[q];
                 slotReposts[slot] = qReposts[q];
                 slotBusy[slot] = true;
+                slotSeq[slot] = postSeq++;
                 qListener[q] = null;
                 qHead = (q + 1) & mask;
                 qSize--;
@@ -435,87 +439,135 @@ final class VerbsChannel implements RdmaChannel {
     /** Lock held, state OPEN. */
     private void onError(int slot, int wcStatus) {
         String name = wcName(wcStatus);
-        boolean refused = wcStatus == WC_REM_ACCESS || wcStatus == WC_REM_INV_REQ || wcStatus == WC_REM_OP;
-        if (!refused) {
-            failLater(ReadStatus.CONNECTION_LOST, "READ completed with " + name
-                    + (wcStatus == WC_FLUSH ? " (the queue pair went to the error state)" : ""));
-            return;
-        }
-        ReadListener badListener = slotListener[slot];
-        long badId = slotRequestId[slot];
-        long badRemote = slotRemote[slot];
-        int badRkey = slotRkey[slot];
-        int badLength = slotLength[slot];
-        releaseSlot(slot);
-        node.returnCompletionRoom(1);
-        // Every READ still outstanding was posted after the refused one and is flushed: post it again.
-        int requeued = 0;
-        List<Object[]> tooOften = new ArrayList<>();
-        for (int s = credits - 1; s >= 0; s--) {
-            if (!slotBusy[s]) {
-                continue;
-            }
-            requeued++;
-            if (slotReposts[s] >= MAX_REPOSTS) {
-                tooOften.add(new Object[] {slotListener[s], slotRequestId[s]});
+        // A flushed READ was not the cause: the queue pair failed earlier (or disconnected).
+        startRecovery(wcStatus == WC_FLUSH ? -1 : slot, "a READ completed with " + name);
+    }
+
+    /**
+     * The queue pair failed. The READ that failed it (the given slot, else the oldest outstanding) is
+     * set aside to be diagnosed; every other outstanding READ was flushed and goes back to the head of
+     * the queue, oldest first, to be posted again on a fresh queue pair. Lock held, state OPEN.
+     */
+    private void startRecovery(int suspectSlot, String cause) {
+        if (suspectSlot < 0) {
+            long oldest = Long.MAX_VALUE;
+            for (int s = 0; s < credits; s++) {
+                if (slotBusy[s] && slotSeq[s] < oldest) {
+                    oldest = slotSeq[s];
+                    suspectSlot = s;
+                }
             }
         }
-        reQueueOutstandingInPostOrder();
+        Suspect suspect = null;
+        if (suspectSlot >= 0) {
+            suspect = new Suspect(slotRemote[suspectSlot], slotRkey[suspectSlot], slotLength[suspectSlot],
+                    slotLocal[suspectSlot], slotLkey[suspectSlot], slotRequestId[suspectSlot],
+                    slotListener[suspectSlot], slotPostNanos[suspectSlot], slotReposts[suspectSlot]);
+            releaseSlot(suspectSlot);
+            node.returnCompletionRoom(1);
+        }
+        int requeued = reQueueOutstandingInPostOrder();
         node.returnCompletionRoom(requeued);
         epoch++;
         state = RECOVERING;
         VerbsEndpoint old = endpoint;
         endpoint = null;
-        old.channel = null;
-        for (Object[] t : tooOften) {
-            node.completeLater((ReadListener) t[0], (Long) t[1], ReadStatus.CONNECTION_LOST);
+        if (old != null) {
+            old.channel = null;
         }
-        LOG.info("READ (rkey 0x{}, address 0x{}, {} bytes) on the channel to {} was refused ({}); asking the peer "
-                        + "why and reconnecting ({} flushed READs will be posted again)", Integer.toHexString(badRkey),
-                Long.toHexString(badRemote), badLength, peer, name, requeued);
-        node.execute(() -> recover(old, badListener, badId, badRemote, badRkey, badLength));
+        LOG.info("queue pair to {} failed ({}); {} READs will be posted again on a new one{}", peer, cause, requeued,
+                suspect == null ? "" : " after the peer says whether READ " + suspect.describe() + " was valid");
+        Suspect s = suspect;
+        node.execute(() -> recover(old, s, cause));
     }
 
-    /** Puts the outstanding READs back at the head of the queue, oldest first. Lock held. */
-    private void reQueueOutstandingInPostOrder() {
-        Integer[] order = new Integer[credits];
+    /** The READ that failed a queue pair, kept aside while the peer is asked about it. */
+    private record Suspect(long remote, int rkey, int length, long local, int lkey, long requestId,
+                           ReadListener listener, long postNanos, byte reposts) {
+        String describe() {
+            return "(rkey 0x" + Integer.toHexString(rkey) + ", address 0x" + Long.toHexString(remote) + ", " + length
+                    + " bytes)";
+        }
+    }
+
+    /** Puts the outstanding READs back at the head of the queue, oldest first; returns how many. Lock held. */
+    private int reQueueOutstandingInPostOrder() {
         int n = 0;
         for (int s = 0; s < credits; s++) {
             if (slotBusy[s]) {
                 order[n++] = s;
             }
         }
-        java.util.Arrays.sort(order, 0, n, (a, b) -> Long.compare(slotPostNanos[a], slotPostNanos[b]));
+        // Insertion sort by post sequence (at most `credits` entries, off the hot path).
+        for (int i = 1; i < n; i++) {
+            int v = order[i];
+            int j = i - 1;
+            while (j >= 0 && slotSeq[order[j]] > slotSeq[v]) {
+                order[j + 1] = order[j];
+                j--;
+            }
+            order[j + 1] = v;
+        }
         for (int j = n - 1; j >= 0; j--) {
             int s = order[j];
             if (slotReposts[s] < MAX_REPOSTS) {
                 enqueueFirst(slotRemote[s], slotRkey[s], slotLength[s], slotLocal[s], slotLkey[s], slotRequestId[s],
                         slotListener[s], slotPostNanos[s], (byte) (slotReposts[s] + 1));
+            } else {
+                node.completeLater(slotListener[s], slotRequestId[s], ReadStatus.CONNECTION_LOST);
             }
             releaseSlot(s);
         }
+        return n;
     }
 
-    /** Off the completion thread: learns why the READ was refused, completes it, and reconnects. */
-    private void recover(VerbsEndpoint old, ReadListener badListener, long badId, long remote, int rkey, int len) {
-        old.closeQuietly();
-        int why;
-        try {
-            why = node.diagnose(peer, rkey, remote, len);
-        } catch (IOException e) {
-            node.countRead(ReadStatus.CONNECTION_LOST, 0);
-            deliver(badListener, badId, ReadStatus.CONNECTION_LOST, 0);
-            fail(ReadStatus.CONNECTION_LOST, "the peer refused a READ and cannot be asked why: " + e.getMessage());
-            return;
+    /**
+     * Off the completion thread: closes the failed queue pair, asks the peer about the suspect READ
+     * (completing it with the peer's answer when the READ was invalid), and connects a new queue pair.
+     * When the peer cannot be asked or reached, the channel fails.
+     */
+    private void recover(VerbsEndpoint old, Suspect suspect, String cause) {
+        if (old != null) {
+            old.closeQuietly();
         }
-        int status = why == ReadStatus.SUCCESS ? ReadStatus.PROTOCOL_ERROR : why;
-        node.countRead(status, 0);
-        deliver(badListener, badId, status, 0);
+        if (suspect != null) {
+            int why;
+            try {
+                why = node.diagnose(peer, suspect.rkey(), suspect.remote(), suspect.length());
+            } catch (IOException e) {
+                node.countRead(ReadStatus.CONNECTION_LOST, 0);
+                deliver(suspect.listener(), suspect.requestId(), ReadStatus.CONNECTION_LOST, 0);
+                fail(ReadStatus.CONNECTION_LOST, cause + ", and the peer cannot be asked why: " + e.getMessage());
+                return;
+            }
+            if (why != ReadStatus.SUCCESS) {
+                LOG.info("peer {} refused READ {}: {}", peer, suspect.describe(), ReadStatus.describe(why));
+                node.countRead(why, 0);
+                deliver(suspect.listener(), suspect.requestId(), why, 0);
+            } else {
+                boolean again;
+                lock.lock();
+                try {
+                    again = state == RECOVERING && suspect.reposts() < MAX_REPOSTS;
+                    if (again) {
+                        enqueueFirst(suspect.remote(), suspect.rkey(), suspect.length(), suspect.local(),
+                                suspect.lkey(), suspect.requestId(), suspect.listener(), suspect.postNanos(),
+                                (byte) (suspect.reposts() + 1));
+                    }
+                } finally {
+                    lock.unlock();
+                }
+                if (!again) {
+                    node.countRead(ReadStatus.CONNECTION_LOST, 0);
+                    deliver(suspect.listener(), suspect.requestId(), ReadStatus.CONNECTION_LOST, 0);
+                }
+            }
+        }
         VerbsEndpoint fresh;
         try {
             fresh = node.openEndpoint(rdmaTarget, node.connectTimeoutMs());
         } catch (IOException e) {
-            fail(ReadStatus.CONNECTION_LOST, "reconnecting after a refused READ failed: " + e.getMessage());
+            fail(ReadStatus.CONNECTION_LOST, cause + ", and reconnecting failed: " + e.getMessage());
             return;
         }
         lock.lock();
@@ -579,8 +631,13 @@ final class VerbsChannel implements RdmaChannel {
 
     /** The queue pair disconnected (the peer closed or went away). */
     void onDisconnected(VerbsEndpoint ep) {
-        if (ep == endpoint) {
-            failLater(ReadStatus.CONNECTION_LOST, "the peer disconnected");
+        lock.lock();
+        try {
+            if (ep == endpoint && state == OPEN) {
+                startRecovery(-1, "the queue pair disconnected");
+            }
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -629,8 +686,8 @@ final class VerbsChannel implements RdmaChannel {
         } finally {
             lock.unlock();
         }
-        if (status != ReadStatus.CHANNEL_CLOSED || !ls.isEmpty()) {
-            LOG.info("channel to {} failed: {} ({} READs completed with '{}')", peer, why, ls.size(),
+        if (status != ReadStatus.CHANNEL_CLOSED) {
+            LOG.warn("channel to {} failed: {} ({} READs completed with '{}')", peer, why, ls.size(),
                     ReadStatus.describe(status));
         }
         node.channelClosed(this);

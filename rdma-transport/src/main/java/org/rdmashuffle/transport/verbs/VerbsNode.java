@@ -187,6 +187,9 @@ public final class VerbsNode implements RdmaNode {
         if (!request.hasRemaining()) {
             throw new IllegalArgumentException("empty verbs control message");
         }
+        if (closed) {
+            throw new IllegalStateException("node is closing"); // a diagnosis now would blame the READ, not the peer
+        }
         byte op = request.get();
         switch (op) {
             case OP_USER:
@@ -376,7 +379,11 @@ public final class VerbsNode implements RdmaNode {
         }
     }
 
+    /** On DiSNI's connection-manager thread: nothing here may close an endpoint inline. */
     void endpointDisconnected(VerbsEndpoint ep, boolean serverSide) {
+        if (closed) {
+            return; // close() closes every endpoint itself
+        }
         if (serverSide) {
             if (accepted.remove(ep)) {
                 execute(ep::closeQuietly);
@@ -494,25 +501,85 @@ public final class VerbsNode implements RdmaNode {
         return add(directBuffer.duplicate().clear(), access, false);
     }
 
+    /**
+     * Registers a byte range of a file for remote READ. Devices that pin through the kernel's common
+     * path register a read-only shared mapping. Software devices (siw, rxe) pin every page for writing
+     * and refuse read-only mappings; then the file is mapped read-write (never written), and where it
+     * cannot be opened for writing its bytes are copied into registered memory. Each step down is logged
+     * once per node.
+     */
     @Override
     public MemoryRegion registerFile(Path file, long offset, int length) throws IOException {
         if (offset < 0 || length <= 0) {
             throw new IllegalArgumentException("bad file range: offset " + offset + ", length " + length);
         }
-        MappedByteBuffer mapped;
-        try (FileChannel fc = FileChannel.open(file, StandardOpenOption.READ)) {
+        for (;;) {
+            int mode = fileMode;
+            ByteBuffer memory = null;
+            try {
+                memory = fileMemory(file, offset, length, mode);
+                return add(memory, RegionAccess.REMOTE_READ, true);
+            } catch (TransportException e) {
+                if (memory != null) {
+                    Mappings.unmap(memory);
+                }
+                if (mode == FILE_COPY || closed) {
+                    throw e;
+                }
+                stepDown(mode, e.getMessage());
+            } catch (IOException e) {
+                if (memory != null) {
+                    Mappings.unmap(memory);
+                }
+                if (mode != FILE_READ_WRITE) {
+                    throw e;
+                }
+                stepDown(mode, "cannot open " + file + " for a read-write mapping: " + e.getMessage());
+            } catch (RuntimeException e) {
+                if (memory != null) {
+                    Mappings.unmap(memory);
+                }
+                throw e;
+            }
+        }
+    }
+
+    private static final int FILE_READ_ONLY = 0;
+    private static final int FILE_READ_WRITE = 1;
+    private static final int FILE_COPY = 2;
+    private volatile int fileMode = FILE_READ_ONLY;
+
+    private synchronized void stepDown(int from, String why) {
+        if (fileMode != from) {
+            return;
+        }
+        fileMode = from + 1;
+        LOG.info("verbs: the device did not register a {} ({}); registering map outputs as {} from now on",
+                from == FILE_READ_ONLY ? "read-only file mapping" : "read-write file mapping", why,
+                from == FILE_READ_ONLY ? "read-write mappings (never written)" : "copies in registered memory");
+    }
+
+    private static ByteBuffer fileMemory(Path file, long offset, int length, int mode) throws IOException {
+        try (FileChannel fc = mode == FILE_READ_WRITE
+                ? FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)
+                : FileChannel.open(file, StandardOpenOption.READ)) {
             long size = fc.size();
             if (offset + length > size) {
                 throw new IllegalArgumentException("range " + offset + "+" + length + " is beyond the end of "
                         + file + " (" + size + " bytes)");
             }
-            mapped = fc.map(FileChannel.MapMode.READ_ONLY, offset, length);
-        }
-        try {
-            return add(mapped, RegionAccess.REMOTE_READ, true);
-        } catch (IOException | RuntimeException e) {
-            Mappings.unmap(mapped);
-            throw e;
+            if (mode == FILE_COPY) {
+                ByteBuffer copy = ByteBuffer.allocateDirect(length);
+                while (copy.hasRemaining()) {
+                    if (fc.read(copy, offset + copy.position()) < 0) {
+                        throw new IOException(file + " ended while it was being copied");
+                    }
+                }
+                return copy.clear();
+            }
+            MappedByteBuffer mapped = fc.map(mode == FILE_READ_WRITE ? FileChannel.MapMode.READ_WRITE
+                    : FileChannel.MapMode.READ_ONLY, offset, length);
+            return mapped;
         }
     }
 

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The verbs provider on a real iWARP stack (SoftiWARP) and on Soft-RoCE, on a machine whose kernel has
+# no RDMA: boots Debian's own kernel in QEMU (software emulation), with siw and rxe loaded, and runs
+# there the transport contract suite over siw and over rxe, a READ throughput run next to ib_read_bw,
+# and a small Spark job with provider=verbs checked against Spark's sort shuffle.
+#
+#   LIBDISNI_DIR=/dir/with/libdisni.so benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark"]
+#
+# libdisni is in no package registry: build it from DiSNI's source (docs/verbs.md says how) outside
+# this repository. Needs root (apt-get, QEMU). Everything it downloads or builds is cached under
+# target/verbs-vm (VERBS_VM_WORK), so a second run only builds the project and boots. Settings:
+# VERBS_VM_KERNEL (Debian kernel ABI, default: the one matching linux-source-6.1), VERBS_VM_MEM (6G),
+# VERBS_VM_TIMEOUT (seconds, 3600), VERBS_VM_SPARK_ARGS, VERBS_VM_READ_ITERS (64 KiB READs per size, 20000).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+parts="bench siw rxe spark"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --parts) parts=$2; shift 2 ;;
+    *) echo "usage: LIBDISNI_DIR=<dir> $0 [--parts \"bench siw rxe spark\"]" >&2; exit 2 ;;
+  esac
+done
+if [ -z "${LIBDISNI_DIR:-}" ] || [ ! -f "$LIBDISNI_DIR/libdisni.so" ]; then
+  echo "LIBDISNI_DIR must name the folder holding libdisni.so (got '${LIBDISNI_DIR:-}')." >&2
+  echo "libdisni is not in any package registry; build it from DiSNI's source as docs/verbs.md describes." >&2
+  exit 2
+fi
+work=${VERBS_VM_WORK:-$root/target/verbs-vm}
+mkdir -p "$work"
+log() { echo "[verbs-vm $(date +%H:%M:%S)] $*"; }
+
+# 1. Host tools (only what is missing).
+need=()
+for pair in qemu-system-x86_64:qemu-system-x86 busybox:busybox-static modprobe:kmod cpio:cpio bc:bc \
+            ib_read_bw:perftest rdma:iproute2 ibv_devinfo:ibverbs-utils make:make gcc:gcc xz:xz-utils; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+[ -e /usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so ] || need+=(ibverbs-providers rdma-core)
+dpkg -s librdmacm1 >/dev/null 2>&1 || need+=(librdmacm1)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+[ -x /bin/busybox ] || { echo "busybox-static is needed at /bin/busybox" >&2; exit 1; }
+
+# 2. Debian's kernel, unpacked (never installed), and siw.ko built from its source.
+if [ -z "${VERBS_VM_KERNEL:-}" ]; then
+  srcver=$(apt-cache policy linux-source-6.1 | awk '/Candidate:/ {print $2}')
+  for img in $(apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64$' | awk '{print $1}' | sort -V -r); do
+    if [ "$(apt-cache policy "$img" | awk '/Candidate:/ {print $2}')" = "$srcver" ]; then
+      VERBS_VM_KERNEL=${img#linux-image-}; break
+    fi
+  done
+fi
+kv=${VERBS_VM_KERNEL:?no linux-image-6.1.0-*-amd64 matches linux-source-6.1; set VERBS_VM_KERNEL}
+kdir=$work/kernel-$kv
+if [ ! -f "$kdir/.unpacked" ]; then
+  log "downloading Debian kernel $kv and its source (apt-get download)"
+  rm -rf "$kdir" && mkdir -p "$kdir/debs" "$kdir/root" "$kdir/hdr"
+  (cd "$kdir/debs" && apt-get download -q "linux-image-$kv" "linux-headers-$kv" "linux-headers-${kv%-amd64}-common" \
+     linux-kbuild-6.1 linux-source-6.1 >/dev/null)
+  dpkg -x "$kdir"/debs/linux-image-"$kv"_*.deb "$kdir/root"
+  for d in "$kdir"/debs/linux-headers-*.deb "$kdir"/debs/linux-kbuild-*.deb "$kdir"/debs/linux-source-*.deb; do
+    dpkg -x "$d" "$kdir/hdr"
+  done
+  touch "$kdir/.unpacked"
+fi
+siw=$kdir/root/lib/modules/$kv/extra/siw.ko
+if [ ! -f "$siw" ]; then
+  log "building siw.ko out of tree (Debian ships rdma_rxe but not siw)"
+  h=$kdir/hdr/usr/src
+  sed -i "s#^include /usr/src/#include $h/#" "$h/linux-headers-$kv/Makefile"
+  tar -C "$kdir/hdr" -xJf "$h"/linux-source-6.1.tar.xz linux-source-6.1/drivers/infiniband/sw/siw
+  rm -rf "$kdir/siw" && mkdir "$kdir/siw" && cp "$kdir"/hdr/linux-source-6.1/drivers/infiniband/sw/siw/* "$kdir/siw/"
+  make -s -C "$h/linux-headers-$kv" M="$kdir/siw" CONFIG_RDMA_SIW=m modules
+  mkdir -p "$(dirname "$siw")" && cp "$kdir/siw/siw.ko" "$siw"
+  depmod -b "$kdir/root" "$kv"
+fi
+
+# 3. The initramfs (rebuilt when init changes).
+initrd=$work/initramfs-$kv.cpio.gz
+if [ ! -f "$initrd" ] || [ "$here/init" -nt "$initrd" ]; then
+  log "building the initramfs"
+  ir=$work/initramfs-root && rm -rf "$ir" && mkdir -p "$ir"/{bin,dev,proc,sys,lower,upper,newroot,mods}
+  cp /bin/busybox "$ir/bin/busybox"
+  for a in sh mount insmod mkdir switch_root echo poweroff; do ln -s busybox "$ir/bin/$a"; done
+  : > "$ir/mods/order"
+  for m in virtio_pci 9pnet_virtio 9p overlay; do
+    modprobe -d "$kdir/root" -S "$kv" --show-depends "$m" | awk '$1 == "insmod" {print $2}' | while read -r f; do
+      b=$(basename "$f")
+      grep -qx "$b" "$ir/mods/order" || { cp "$f" "$ir/mods/$b"; echo "$b" >> "$ir/mods/order"; }
+    done
+  done
+  cp "$here/init" "$ir/init" && chmod +x "$ir/init"
+  (cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1) > "$initrd"
+fi
+
+# 4. The project, and what the guest runs it with.
+log "building the project (mvn package, tests skipped)"
+(cd "$root" && mvn -B -ntp -q -DskipTests -pl examples,rdma-transport -am package dependency:build-classpath \
+   -Dmdep.includeScope=test -Dmdep.outputFile=target/test.classpath)
+junit_platform=$(sed -n 's:.*<junit.version>5\.\([0-9.]*\)</junit.version>.*:1.\1:p' "$root/pom.xml")
+console=$work/lib/junit-platform-console-standalone-$junit_platform.jar
+if [ ! -f "$console" ]; then
+  (cd "$root" && mvn -B -ntp -q dependency:copy \
+     -Dartifact="org.junit.platform:junit-platform-console-standalone:$junit_platform" -DoutputDirectory="$work/lib")
+fi
+out=$work/out && rm -rf "$out" && mkdir -p "$out"
+cp_all="$root/rdma-transport/target/test-classes:$root/rdma-transport/target/classes:$(cat "$root/rdma-transport/target/test.classpath")"
+java_home=$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")
+cat > "$out/env.sh" <<ENV
+ROOT='$root'
+LIBDISNI='$LIBDISNI_DIR'
+JAVA='$java_home/bin/java'
+CP='$cp_all'
+CONSOLE='$console'
+PARTS='$parts'
+SPARK_ARGS='${VERBS_VM_SPARK_ARGS:---records 50000 --partitions 4 --rounds 1}'
+READ_ITERS='${VERBS_VM_READ_ITERS:-20000}'
+ENV
+: > "$out/summary.txt"
+
+# 5. Boot (software emulation: this kernel cannot be booted under KVM here) and run guest.sh.
+log "booting the guest (parts: $parts); console in $out/console.log"
+start=$(date +%s)
+set +e
+timeout "${VERBS_VM_TIMEOUT:-3600}" qemu-system-x86_64 -accel tcg,thread=multi -cpu qemu64 -machine q35 -smp 2 \
+  -m "${VERBS_VM_MEM:-6G}" -nographic -no-reboot -nodefaults -serial stdio -monitor none \
+  -kernel "$kdir/root/boot/vmlinuz-$kv" -initrd "$initrd" \
+  -append "console=ttyS0 quiet loglevel=4 panic=-1 rs_out=$out rs_stage2=$here/stage2.sh rs_guest=$here/guest.sh rs_modules=$kdir/root/lib/modules" \
+  -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+  -virtfs "local,path=$out,mount_tag=out,security_model=none,multidevs=remap" \
+  -device virtio-rng-pci < /dev/null 2>&1 | tee "$out/console.log"
+set -e
+rc=$(cat "$out/guest-rc" 2>/dev/null || echo 99)
+log "guest finished in $(( $(date +%s) - start )) s with exit code $rc (99: it never reported)"
+echo "---- summary ($out/summary.txt)"
+cat "$out/summary.txt"
+exit "$rc"
