@@ -154,6 +154,12 @@ public final class RdmaShuffleConf {
             "verbs: entries of the node's completion queue, shared by all its queue pairs. A node never has more "
                     + "READs outstanding than this; further posts wait in the channels' queues."));
 
+    public static final ConfigKey<Long> VERBS_STALL_CHECK = declare(ConfigKey.millis(
+            PREFIX + "verbs.stallCheck", "2s", 10, 3_600_000,
+            "verbs: when a channel's READs make no progress for this long, the peer is asked whether the oldest "
+                    + "one is valid; an invalid READ (some devices drop them without a completion) then fails with "
+                    + "the peer's reason instead of waiting for `requestTimeout`."));
+
     public static final ConfigKey<Long> VERBS_POLL_TIMEOUT = declare(ConfigKey.millis(
             PREFIX + "verbs.eventTimeout", "250ms", 10, 10_000,
             "verbs: how long DiSNI's completion and connection-manager threads block for an event before they "
@@ -372,6 +378,10 @@ public final class RdmaShuffleConf {
 
     public int verbsCompletionQueueSize() {
         return get(VERBS_COMPLETION_QUEUE_SIZE);
+    }
+
+    public long verbsStallCheckMs() {
+        return get(VERBS_STALL_CHECK);
     }
 
     public int verbsEventTimeoutMs() {

@@ -63,6 +63,15 @@ public abstract class TransportContractTest {
         return true;
     }
 
+    /**
+     * Whether a peer that knows a READ sink's rkey can READ it. tcp refuses; on iWARP a sink must be
+     * registered remote-writable, and some devices (SoftiWARP) then serve READs of it too. Sink rkeys
+     * never leave their node, so only a peer handed one by hand could try.
+     */
+    protected boolean readSinksAreRemotelyReadable() {
+        return false;
+    }
+
     protected NodeOptions baseOptions() {
         return new NodeOptions(host(), host(), ControlHandler.NONE, null);
     }
@@ -309,8 +318,13 @@ public abstract class TransportContractTest {
         assertEquals(ReadStatus.OUT_OF_BOUNDS, readOne(ch, d.address() + SERVED_BYTES, d.rkey(), 1, sink, 0));
         assertEquals(ReadStatus.OUT_OF_BOUNDS, readOne(ch, Long.MAX_VALUE, d.rkey(), 1, sink, 0));
         assertEquals(ReadStatus.INVALID_LENGTH, readOne(ch, d.address(), d.rkey(), 0, sink, 0));
-        assertEquals(ReadStatus.ACCESS_DENIED, readOne(ch, notReadable.descriptor().address(),
-                notReadable.descriptor().rkey(), 10, sink, 0));
+        int denied = readOne(ch, notReadable.descriptor().address(), notReadable.descriptor().rkey(), 10, sink, 2000);
+        if (readSinksAreRemotelyReadable()) {
+            assertTrue(denied == ReadStatus.ACCESS_DENIED || denied == ReadStatus.SUCCESS, ReadStatus.describe(denied));
+        } else {
+            assertEquals(ReadStatus.ACCESS_DENIED, denied);
+        }
+        int expectedFailures = denied == ReadStatus.SUCCESS ? 7 : 8;
         // Nothing was written into the sink by the failed READs, and the same channel still works.
         for (int i = 0; i < 1000; i++) {
             assertEquals((byte) 0xEE, sinkMem.get(i), "failed READ wrote into the sink");
@@ -319,7 +333,7 @@ public abstract class TransportContractTest {
         assertEquals(ReadStatus.SUCCESS, readOne(ch, d.address() + 5, d.rkey(), 1000, sink, 0));
         assertSameBytes(content(), 5, memoryOf(sink), 0, 1000, "after errors");
         assertSame(ch, client.connect(server.localAddress()));
-        assertEquals(8, client.stats().readsFailed());
+        assertEquals(expectedFailures, client.stats().readsFailed());
     }
 
     @Test

@@ -78,6 +78,9 @@ final class VerbsChannel implements RdmaChannel {
     private final long[] slotSeq;
     private final int[] order;
     private long postSeq;
+    private long lastProgressNanos;
+    private boolean stallCheckRunning;
+    private final long stallNanos;
     private final int[] free;
     private int freeTop;
     // READs waiting for a credit: a ring that grows.
@@ -94,7 +97,8 @@ final class VerbsChannel implements RdmaChannel {
     private int qSize;
 
     VerbsChannel(VerbsNode node, NodeAddress peer, InetSocketAddress rdmaTarget, int credits, int queueLimit,
-                 long requestTimeoutMs) {
+                 long requestTimeoutMs, long stallCheckMs) {
+        this.stallNanos = TimeUnit.MILLISECONDS.toNanos(stallCheckMs);
         this.node = node;
         this.peer = peer;
         this.rdmaTarget = rdmaTarget;
@@ -319,6 +323,9 @@ final class VerbsChannel implements RdmaChannel {
                 node.waitingForRoom(this);
                 return;
             }
+            if (freeTop == credits) {
+                lastProgressNanos = System.nanoTime(); // the queue pair was idle: the clock starts now
+            }
             SVCPostSend chain;
             try {
                 chain = chain(k);
@@ -420,6 +427,7 @@ final class VerbsChannel implements RdmaChannel {
             requestId = slotRequestId[slot];
             len = slotLength[slot];
             status = ReadStatus.SUCCESS;
+            lastProgressNanos = System.nanoTime();
             releaseSlot(slot);
             node.returnCompletionRoom(1);
             drain();
@@ -468,6 +476,10 @@ final class VerbsChannel implements RdmaChannel {
         }
         int requeued = reQueueOutstandingInPostOrder();
         node.returnCompletionRoom(requeued);
+        if (suspect == null && qSize == 0) {
+            failLater(ReadStatus.CONNECTION_LOST, cause + " while idle"); // nothing to save: the next connect makes a new one
+            return;
+        }
         epoch++;
         state = RECOVERING;
         VerbsEndpoint old = endpoint;
@@ -592,21 +604,40 @@ final class VerbsChannel implements RdmaChannel {
         return node.userCall(peer, request);
     }
 
-    /** Fails the channel when a READ has been outstanding or queued longer than the request timeout. */
+    /**
+     * Fails the channel when a READ has been outstanding or queued longer than the request timeout; when
+     * READs have made no progress for the stall interval, asks the peer whether the oldest one is valid.
+     */
     void checkTimeouts(long now) {
         String late = null;
+        Suspect stalled = null;
+        long stalledSeq = -1;
         lock.lock();
         try {
             if (state == CLOSED) {
                 return;
             }
-            for (int s = 0; s < credits && late == null; s++) {
-                if (slotBusy[s] && now - slotPostNanos[s] > requestTimeoutNanos) {
-                    late = "a READ was outstanding";
+            int oldest = -1;
+            for (int s = 0; s < credits; s++) {
+                if (slotBusy[s]) {
+                    if (now - slotPostNanos[s] > requestTimeoutNanos) {
+                        late = "a READ was outstanding";
+                    }
+                    if (oldest < 0 || slotSeq[s] < slotSeq[oldest]) {
+                        oldest = s;
+                    }
                 }
             }
             if (late == null && qSize > 0 && now - qPostNanos[qHead] > requestTimeoutNanos) {
                 late = "a READ waited to be posted";
+            }
+            if (late == null && state == OPEN && oldest >= 0 && !stallCheckRunning
+                    && now - lastProgressNanos > stallNanos) {
+                stallCheckRunning = true;
+                stalledSeq = slotSeq[oldest];
+                stalled = new Suspect(slotRemote[oldest], slotRkey[oldest], slotLength[oldest], slotLocal[oldest],
+                        slotLkey[oldest], slotRequestId[oldest], slotListener[oldest], slotPostNanos[oldest],
+                        slotReposts[oldest]);
             }
         } finally {
             lock.unlock();
@@ -614,6 +645,37 @@ final class VerbsChannel implements RdmaChannel {
         if (late != null) {
             fail(ReadStatus.TIMEOUT, late + " longer than spark.shuffle.rdma.requestTimeout ("
                     + TimeUnit.NANOSECONDS.toMillis(requestTimeoutNanos) + " ms)");
+        } else if (stalled != null) {
+            Suspect s = stalled;
+            long seq = stalledSeq;
+            node.execute(() -> checkStall(s, seq));
+        }
+    }
+
+    /** Off the timer: asks the peer about a READ that has made no progress; an invalid one fails the queue pair. */
+    private void checkStall(Suspect s, long seq) {
+        int why;
+        try {
+            why = node.diagnose(peer, s.rkey(), s.remote(), s.length());
+        } catch (IOException e) {
+            why = ReadStatus.SUCCESS; // cannot tell: the request timeout stays in charge
+        }
+        lock.lock();
+        try {
+            stallCheckRunning = false;
+            if (why == ReadStatus.SUCCESS || state != OPEN) {
+                lastProgressNanos = System.nanoTime(); // valid, just slow: check again one interval later
+                return;
+            }
+            for (int slot = 0; slot < credits; slot++) {
+                if (slotBusy[slot] && slotSeq[slot] == seq) {
+                    startRecovery(slot, "no completion for " + TimeUnit.NANOSECONDS.toMillis(stallNanos)
+                            + " ms, and the peer says READ " + s.describe() + " is invalid: " + ReadStatus.describe(why));
+                    return;
+                }
+            }
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -676,6 +738,9 @@ final class VerbsChannel implements RdmaChannel {
             }
             ep = endpoint;
             endpoint = null;
+            if (ls.isEmpty() && status != ReadStatus.CHANNEL_CLOSED) {
+                LOG.info("channel to {} closed: {}", peer, why);
+            }
             for (int k = 1; k < chains.length; k++) {
                 if (chains[k] != null) {
                     chains[k].free();
@@ -686,7 +751,7 @@ final class VerbsChannel implements RdmaChannel {
         } finally {
             lock.unlock();
         }
-        if (status != ReadStatus.CHANNEL_CLOSED) {
+        if (status != ReadStatus.CHANNEL_CLOSED && !ls.isEmpty()) {
             LOG.warn("channel to {} failed: {} ({} READs completed with '{}')", peer, why, ls.size(),
                     ReadStatus.describe(status));
         }

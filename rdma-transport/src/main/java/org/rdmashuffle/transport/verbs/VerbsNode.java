@@ -134,7 +134,7 @@ public final class VerbsNode implements RdmaNode {
         this.address = new NodeAddress(options.advertisedHost(), port, PROVIDER);
         this.timer = Executors.newSingleThreadScheduledExecutor(daemon("rdma-verbs-timer-" + port));
         this.worker = Executors.newCachedThreadPool(daemon("rdma-verbs-worker-" + port));
-        long tick = Math.max(10, Math.min(1000, conf.requestTimeoutMs() / 4));
+        long tick = Math.max(10, Math.min(Math.min(1000, conf.requestTimeoutMs() / 4), conf.verbsStallCheckMs() / 2));
         timer.scheduleWithFixedDelay(this::checkTimeouts, tick, tick, TimeUnit.MILLISECONDS);
         this.acceptor = new Thread(this::acceptLoop, "rdma-verbs-acceptor-" + port);
         acceptor.setDaemon(true);
@@ -323,7 +323,7 @@ public final class VerbsNode implements RdmaNode {
         for (int a = 1; a <= attempts; a++) {
             ensureOpen();
             VerbsChannel ch = new VerbsChannel(this, peer, target, credits, conf.sendQueueDepth(),
-                    conf.requestTimeoutMs());
+                    conf.requestTimeoutMs(), conf.verbsStallCheckMs());
             try {
                 ch.start(conf.connectTimeoutMs());
                 return ch;

@@ -47,4 +47,9 @@ class VerbsTransportContractTest extends TransportContractTest {
     protected boolean servingNodeCountsReads() {
         return false;
     }
+
+    @Override
+    protected boolean readSinksAreRemotelyReadable() {
+        return true; // SoftiWARP serves READs of a remote-writable sink (measured in the harness)
+    }
 }
