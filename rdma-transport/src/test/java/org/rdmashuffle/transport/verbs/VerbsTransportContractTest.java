@@ -35,6 +35,9 @@ class VerbsTransportContractTest extends TransportContractTest {
         s.put("spark.shuffle.rdma.provider", "verbs");
         s.putIfAbsent("spark.shuffle.rdma.verbs.maxQpReadAtoms",
                 System.getProperty("rdma.test.verbs.maxQpReadAtoms", "16"));
+        // Up to 17 nodes share one JVM and device here (one per executor in production): keep each
+        // node's completion queue small.
+        s.putIfAbsent("spark.shuffle.rdma.verbs.completionQueueSize", "256");
         return new VerbsNode(new RdmaShuffleConf(s), options);
     }
 
