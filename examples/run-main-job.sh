@@ -2,7 +2,8 @@
 # The main job: builds what is missing, then runs TeraSort on an embedded local cluster (two
 # executor JVMs) under Spark's sort shuffle and under rdma-shuffle, alternately, and prints the
 # comparison. Options go to org.rdmashuffle.examples.ShuffleComparison (--records, --partitions,
-# --rounds, --master, --out, --conf k=v).
+# --rounds, --master, --out, --conf k=v). RDMA_SKIP_BUILD=1 skips the build; RDMA_JAVA_OPTS adds JVM
+# options (e.g. -Djava.library.path=<dir of libdisni> for provider=verbs with --master local[N]).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

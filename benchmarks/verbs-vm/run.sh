@@ -117,7 +117,7 @@ JAVA='$java_home/bin/java'
 CP='$cp_all'
 CONSOLE='$console'
 PARTS='$parts'
-SPARK_ARGS='${VERBS_VM_SPARK_ARGS:---records 50000 --partitions 4 --rounds 1}'
+SPARK_ARGS='${VERBS_VM_SPARK_ARGS:---records 200000 --partitions 4 --rounds 1}'
 READ_ITERS='${VERBS_VM_READ_ITERS:-20000}'
 ENV
 : > "$out/summary.txt"

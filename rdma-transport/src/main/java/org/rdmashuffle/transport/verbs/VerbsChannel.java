@@ -176,7 +176,7 @@ final class VerbsChannel implements RdmaChannel {
         try {
             long now = System.nanoTime();
             for (; accepted < n; accepted++) {
-                if (!onCompletionThread && !awaitQueueRoom()) {
+                if (state == CLOSED || (!onCompletionThread && !awaitQueueRoom())) {
                     break;
                 }
                 int len = batch.length(accepted);
