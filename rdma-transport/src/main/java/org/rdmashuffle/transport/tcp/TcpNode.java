@@ -12,12 +12,8 @@ import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicLong;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.Registrar;
@@ -25,6 +21,7 @@ import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.NodeStats;
+import org.rdmashuffle.transport.PeerChannels;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.ReadStatus;
@@ -52,8 +49,8 @@ public final class TcpNode implements RdmaNode {
     private final TcpRequester requester;
     private final Thread responderThread;
     private final Thread requesterThread;
-    private final ConcurrentHashMap<NodeAddress, TcpChannel> channels = new ConcurrentHashMap<>();
-    private final ConcurrentHashMap<NodeAddress, CompletableFuture<TcpChannel>> connecting = new ConcurrentHashMap<>();
+    private final PeerChannels<TcpChannel> channels =
+            new PeerChannels<>(this::ensureOpen, c -> c.fail(ReadStatus.CHANNEL_CLOSED, "node closed"));
     private final AtomicLong nextBase = new AtomicLong(1);
     private final AtomicLong registeredBytes = new AtomicLong();
     private volatile boolean closed;
@@ -122,46 +119,7 @@ public final class TcpNode implements RdmaNode {
             throw new TransportException("cannot reach " + peer + " from a tcp node: providers differ");
         }
         long waitMs = (conf.connectTimeoutMs() + conf.connectRetryWaitMs()) * (conf.connectRetries() + 1) + 1000;
-        for (;;) {
-            ensureOpen();
-            TcpChannel c = channels.get(peer);
-            if (c != null && c.isOpen()) {
-                return c;
-            }
-            CompletableFuture<TcpChannel> mine = new CompletableFuture<>();
-            CompletableFuture<TcpChannel> other = connecting.putIfAbsent(peer, mine);
-            if (other != null) {
-                try {
-                    other.get(waitMs, TimeUnit.MILLISECONDS);
-                } catch (ExecutionException e) {
-                    if (e.getCause() instanceof TransportException te) {
-                        throw te;
-                    }
-                    throw new TransportException("connecting to " + peer + " failed", e.getCause());
-                } catch (TimeoutException e) {
-                    throw new TransportException("timed out waiting for another thread's connect to " + peer, e);
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                    throw new TransportException("interrupted while connecting to " + peer, e);
-                }
-                continue;
-            }
-            try {
-                TcpChannel fresh = connectWithRetries(peer);
-                channels.put(peer, fresh);
-                mine.complete(fresh);
-                if (closed) {
-                    fresh.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
-                    ensureOpen();
-                }
-                return fresh;
-            } catch (TransportException | RuntimeException e) {
-                mine.completeExceptionally(e);
-                throw e;
-            } finally {
-                connecting.remove(peer, mine);
-            }
-        }
+        return channels.get(peer, waitMs, this::connectWithRetries);
     }
 
     private TcpChannel connectWithRetries(NodeAddress peer) throws TransportException {
@@ -357,7 +315,7 @@ public final class TcpNode implements RdmaNode {
     }
 
     void channelClosed(TcpChannel c) {
-        channels.remove(c.peer(), c);
+        channels.remove(c);
         requester.remove(c);
     }
 

@@ -33,6 +33,7 @@ import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.NodeStats;
+import org.rdmashuffle.transport.PeerChannels;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.ReadListener;
@@ -76,9 +77,7 @@ public final class VerbsNode implements RdmaNode {
     private final ExecutorService worker;
     private final Set<VerbsEndpoint> accepted = ConcurrentHashMap.newKeySet();
     private final Map<Integer, VerbsRegion> regions = new ConcurrentHashMap<>();
-    private final ConcurrentHashMap<NodeAddress, VerbsChannel> channels = new ConcurrentHashMap<>();
-    private final ConcurrentHashMap<NodeAddress, CompletableFuture<VerbsChannel>> connecting =
-            new ConcurrentHashMap<>();
+    private final PeerChannels<VerbsChannel> channels = new PeerChannels<>(this::ensureOpen, VerbsChannel::close);
     private final Set<VerbsChannel> waitingForRoom = ConcurrentHashMap.newKeySet();
     private final AtomicInteger completionRoom;
     private final AtomicLong registeredBytes = new AtomicLong();
@@ -262,46 +261,7 @@ public final class VerbsNode implements RdmaNode {
             throw new TransportException("cannot reach " + peer + " from a verbs node: providers differ");
         }
         long waitMs = (conf.connectTimeoutMs() + conf.connectRetryWaitMs()) * (conf.connectRetries() + 1) * 2 + 1000;
-        for (;;) {
-            ensureOpen();
-            VerbsChannel c = channels.get(peer);
-            if (c != null && c.isOpen()) {
-                return c;
-            }
-            CompletableFuture<VerbsChannel> mine = new CompletableFuture<>();
-            CompletableFuture<VerbsChannel> other = connecting.putIfAbsent(peer, mine);
-            if (other != null) {
-                try {
-                    other.get(waitMs, TimeUnit.MILLISECONDS);
-                } catch (ExecutionException e) {
-                    if (e.getCause() instanceof TransportException te) {
-                        throw te;
-                    }
-                    throw new TransportException("connecting to " + peer + " failed", e.getCause());
-                } catch (TimeoutException e) {
-                    throw new TransportException("timed out waiting for another thread's connect to " + peer, e);
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                    throw new TransportException("interrupted while connecting to " + peer, e);
-                }
-                continue;
-            }
-            try {
-                VerbsChannel fresh = open(peer);
-                channels.put(peer, fresh);
-                mine.complete(fresh);
-                if (closed) {
-                    fresh.close();
-                    ensureOpen();
-                }
-                return fresh;
-            } catch (TransportException | RuntimeException e) {
-                mine.completeExceptionally(e);
-                throw e;
-            } finally {
-                connecting.remove(peer, mine);
-            }
-        }
+        return channels.get(peer, waitMs, this::open);
     }
 
     private VerbsChannel open(NodeAddress peer) throws TransportException {
@@ -397,7 +357,7 @@ public final class VerbsNode implements RdmaNode {
     }
 
     void channelClosed(VerbsChannel c) {
-        channels.remove(c.peer(), c);
+        channels.remove(c);
         waitingForRoom.remove(c);
     }
 
@@ -482,7 +442,7 @@ public final class VerbsNode implements RdmaNode {
 
     private void checkTimeouts() {
         long now = System.nanoTime();
-        for (VerbsChannel c : channels.values()) {
+        for (VerbsChannel c : channels.all()) {
             c.checkTimeouts(now);
         }
     }
@@ -627,7 +587,7 @@ public final class VerbsNode implements RdmaNode {
     @Override
     public NodeStats stats() {
         int open = 0;
-        for (VerbsChannel c : channels.values()) {
+        for (VerbsChannel c : channels.all()) {
             if (c.isOpen()) {
                 open++;
             }
@@ -649,7 +609,7 @@ public final class VerbsNode implements RdmaNode {
         }
         closed = true;
         timer.shutdownNow();
-        for (VerbsChannel c : channels.values()) {
+        for (VerbsChannel c : channels.all()) {
             c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
         }
         synchronized (listener) {
