@@ -146,6 +146,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         private final BlockFetcher fetcher;
         private final SparkEnv env = SparkEnv.get();
         private final ShuffleDependency<K, Object, C> dep = handle.dependency();
+        private final org.apache.spark.serializer.SerializerInstance serializer = dep.serializer().newInstance();
         private int nextLocal;
         private InputStream localStream;
         private BlockFetcher.Block block;
@@ -197,7 +198,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 localStream = data.createInputStream();
                 metrics.incLocalBlocksFetched(1);
                 metrics.incLocalBytesRead(data.size());
-                return SparkInterop.records(env.serializerManager(), dep.serializer(), o.blockId(), localStream);
+                return SparkInterop.records(env.serializerManager(), serializer, o.blockId(), localStream);
             } catch (IOException | RuntimeException e) {
                 throw fetchFailed(o, new FetchFailure(null, "cannot read local block " + o.blockId() + ": "
                         + e.getMessage(), e));
@@ -222,7 +223,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             metrics.incRemoteBlocksFetched(1);
             metrics.incRemoteBytesRead(block.length());
             metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
-            return SparkInterop.records(env.serializerManager(), dep.serializer(), o.blockId(),
+            return SparkInterop.records(env.serializerManager(), serializer, o.blockId(),
                     new ByteBufferInputStream(block.bytes()));
         }
 

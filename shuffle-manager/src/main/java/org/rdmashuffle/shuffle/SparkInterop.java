@@ -1,7 +1,7 @@
 package org.rdmashuffle.shuffle;
 
 import java.nio.ByteBuffer;
-import org.apache.spark.serializer.Serializer;
+import org.apache.spark.serializer.SerializerInstance;
 import org.apache.spark.serializer.SerializerManager;
 import org.apache.spark.shuffle.FetchFailedException;
 import org.apache.spark.storage.BlockId;
@@ -18,22 +18,23 @@ public final class SparkInterop {
 
     /**
      * The key-value records of one fetched block: the bytes go through the {@link SerializerManager}
-     * (decryption, decompression, as Spark's own reader does) and then the shuffle's serializer.
+     * (decryption, decompression, as Spark's own reader does) and then the shuffle's serializer,
+     * through {@code serializer} — one instance per reading task, as Spark's reader keeps it.
      */
     @SuppressWarnings("unchecked")
     public static <K, V> scala.collection.Iterator<Tuple2<K, V>> records(SerializerManager serializerManager,
-                                                                        Serializer serializer, BlockId blockId,
+                                                                        SerializerInstance serializer, BlockId blockId,
                                                                         ByteBuffer bytes) {
         return records(serializerManager, serializer, blockId, new ByteBufferInputStream(bytes));
     }
 
-    /** As {@link #records(SerializerManager, Serializer, BlockId, ByteBuffer)}, from a stream (a local block). */
+    /** As {@link #records(SerializerManager, SerializerInstance, BlockId, ByteBuffer)}, from a stream (a local block). */
     @SuppressWarnings("unchecked")
     public static <K, V> scala.collection.Iterator<Tuple2<K, V>> records(SerializerManager serializerManager,
-                                                                        Serializer serializer, BlockId blockId,
+                                                                        SerializerInstance serializer, BlockId blockId,
                                                                         java.io.InputStream stream) {
         java.io.InputStream in = serializerManager.wrapStream(blockId, stream);
-        Object it = serializer.newInstance().deserializeStream(in).asKeyValueIterator();
+        Object it = serializer.deserializeStream(in).asKeyValueIterator();
         return (scala.collection.Iterator<Tuple2<K, V>>) it;
     }
 

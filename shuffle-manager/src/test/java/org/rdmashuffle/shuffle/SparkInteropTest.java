@@ -51,7 +51,7 @@ class SparkInteropTest {
         byte[] written = raw.toByteArray();
         ByteBuffer fetched = ByteBuffer.allocateDirect(written.length).put(written).flip();
 
-        scala.collection.Iterator<Tuple2<String, Integer>> it = SparkInterop.records(sm, serializer, block, fetched);
+        scala.collection.Iterator<Tuple2<String, Integer>> it = SparkInterop.records(sm, serializer.newInstance(), block, fetched);
         int n = 0;
         while (it.hasNext()) {
             Tuple2<String, Integer> kv = it.next();
