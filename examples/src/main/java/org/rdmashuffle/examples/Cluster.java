@@ -1,6 +1,11 @@
 package org.rdmashuffle.examples;
 
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
+import java.util.Set;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkContext;
 
@@ -9,6 +14,57 @@ final class Cluster {
     static final String RDMA_MANAGER = "org.rdmashuffle.shuffle.RdmaShuffleManager";
 
     private Cluster() {
+    }
+
+    /**
+     * The options every comparison takes ({@code --rounds --master --executors --jars --out --conf}),
+     * parsed once; the workload's own options (those named when parsing) are kept by name.
+     */
+    static final class Options {
+        int rounds;
+        String master;
+        int executors;
+        String jars = "";
+        Path out = Path.of("examples/target/comparison");
+        final List<String[]> conf = new ArrayList<>();
+        private final Map<String, String> workload = new LinkedHashMap<>();
+
+        /** @throws IllegalArgumentException naming the option that is missing a value, unknown or malformed */
+        static Options parse(String[] args, int rounds, String master, Set<String> workloadOptions) {
+            Options o = new Options();
+            o.rounds = rounds;
+            o.master = master;
+            for (int i = 0; i < args.length; i += 2) {
+                String a = args[i];
+                if (i + 1 >= args.length) {
+                    throw new IllegalArgumentException("missing value for " + a);
+                }
+                String v = args[i + 1];
+                switch (a) {
+                    case "--rounds" -> o.rounds = Integer.parseInt(v);
+                    case "--master" -> o.master = v;
+                    case "--executors" -> o.executors = Integer.parseInt(v);
+                    case "--jars" -> o.jars = v;
+                    case "--out" -> o.out = Path.of(v);
+                    case "--conf" -> o.conf.add(parseConf(v));
+                    default -> {
+                        if (!workloadOptions.contains(a)) {
+                            throw new IllegalArgumentException("unknown option " + a);
+                        }
+                        o.workload.put(a, v);
+                    }
+                }
+            }
+            if (o.rounds <= 0) {
+                throw new IllegalArgumentException("--rounds must be positive");
+            }
+            return o;
+        }
+
+        /** The value of a workload option, or {@code fallback} when it was not given. */
+        String get(String option, String fallback) {
+            return workload.getOrDefault(option, fallback);
+        }
     }
 
     /** A {@code --conf key=value} option as {key, value}; a clear error otherwise. */

@@ -1,9 +1,9 @@
 package org.rdmashuffle.examples;
 
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Set;
 import java.util.concurrent.TimeoutException;
 import org.apache.spark.SparkConf;
 import org.apache.spark.api.java.JavaPairRDD;
@@ -46,51 +46,28 @@ public final class ShuffleComparison {
                 default -> usage("unknown workload " + workload + "; accepted: terasort, tpcds");
             }
         }
-        long records = 1_000_000;
-        int partitions = 8;
-        int rounds = 2;
-        int executors = 0;
-        String master = "local-cluster[2,1,1024]";
-        String jars = "";
-        Path out = Path.of("examples/target/comparison");
-        List<String[]> extra = new ArrayList<>();
-        for (int i = 0; i < args.length; i++) {
-            String a = args[i];
-            String v = i + 1 < args.length ? args[i + 1] : null;
-            if (v == null) {
-                usage("missing value for " + a);
-            }
-            switch (a) {
-                case "--records" -> records = Long.parseLong(v);
-                case "--partitions" -> partitions = Integer.parseInt(v);
-                case "--rounds" -> rounds = Integer.parseInt(v);
-                case "--master" -> master = v;
-                case "--executors" -> executors = Integer.parseInt(v);
-                case "--jars" -> jars = v;
-                case "--out" -> out = Path.of(v);
-                case "--conf" -> {
-                    try {
-                        extra.add(Cluster.parseConf(v));
-                    } catch (IllegalArgumentException e) {
-                        usage(e.getMessage());
-                    }
-                }
-                default -> usage("unknown option " + a);
-            }
-            i++;
+        Cluster.Options o = null;
+        long records = 0;
+        int partitions = 0;
+        try {
+            o = Cluster.Options.parse(args, 2, "local-cluster[2,1,1024]", Set.of("--records", "--partitions"));
+            records = Long.parseLong(o.get("--records", "1000000"));
+            partitions = Integer.parseInt(o.get("--partitions", "8"));
+        } catch (IllegalArgumentException e) {
+            usage(e.getMessage());
         }
-        if (records <= 0 || partitions <= 0 || rounds <= 0) {
-            usage("--records, --partitions and --rounds must be positive");
+        if (records <= 0 || partitions <= 0) {
+            usage("--records and --partitions must be positive");
         }
         System.out.printf(Locale.ROOT, "TeraSort of %,d records (%,d MB) in %d partitions on %s, %d round(s) of "
-                + "sort shuffle vs rdma-shuffle%n", records, records * 100 / 1_000_000, partitions, master, rounds);
+                + "sort shuffle vs rdma-shuffle%n", records, records * 100 / 1_000_000, partitions, o.master, o.rounds);
         List<ComparisonReport.Run> runs = new ArrayList<>();
         List<List<String>> outputs = new ArrayList<>();
         System.out.println(ComparisonReport.header());
-        for (int r = 1; r <= rounds; r++) {
+        for (int r = 1; r <= o.rounds; r++) {
             for (boolean rdma : new boolean[] {false, true}) {
                 List<String> output = new ArrayList<>();
-                ComparisonReport.Run run = runOnce(r, rdma, master, executors, jars, extra, records, partitions,
+                ComparisonReport.Run run = runOnce(r, rdma, o.master, o.executors, o.jars, o.conf, records, partitions,
                         output);
                 runs.add(run);
                 outputs.add(output);
@@ -106,12 +83,12 @@ public final class ShuffleComparison {
         ComparisonReport report = new ComparisonReport("terasort", runs);
         System.out.println();
         System.out.println(report.markdown());
-        String problem = report.writeTo(out);
+        String problem = report.writeTo(o.out);
         if (!problem.isEmpty()) {
             System.err.println(problem);
         }
         System.out.println("results identical across managers; Markdown, CSV, JSON and chart in "
-                + out.toAbsolutePath());
+                + o.out.toAbsolutePath());
     }
 
     private static void usage(String problem) {

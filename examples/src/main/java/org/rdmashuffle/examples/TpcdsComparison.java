@@ -89,55 +89,29 @@ public final class TpcdsComparison {
     }
 
     public static void main(String[] args) throws Exception {
-        double scale = 1;
-        Path data = null;
-        String queries = "all";
-        int rounds = 1;
-        int executors = 0;
-        int chunks = 32;
-        String master = "local-cluster[2,1,2048]";
-        String jars = "";
-        Path out = Path.of("examples/target/comparison");
-        List<String[]> extra = new ArrayList<>();
-        for (int i = 0; i < args.length; i += 2) {
-            if (i + 1 >= args.length) {
-                throw new IllegalArgumentException("missing value for " + args[i]);
-            }
-            String v = args[i + 1];
-            switch (args[i]) {
-                case "--scale" -> scale = Double.parseDouble(v);
-                case "--data" -> data = Path.of(v);
-                case "--queries" -> queries = v;
-                case "--rounds" -> rounds = Integer.parseInt(v);
-                case "--executors" -> executors = Integer.parseInt(v);
-                case "--chunks" -> chunks = Integer.parseInt(v);
-                case "--master" -> master = v;
-                case "--jars" -> jars = v;
-                case "--out" -> out = Path.of(v);
-                case "--conf" -> extra.add(Cluster.parseConf(v));
-                default -> throw new IllegalArgumentException("unknown option " + args[i] + "; see the class doc");
-            }
-        }
-        if (data == null) {
-            data = Path.of("examples/target/tpcds-sf" + (scale == Math.floor(scale) ? Long.toString((long) scale)
-                    : Double.toString(scale)));
-        }
+        Cluster.Options o = Cluster.Options.parse(args, 1, "local-cluster[2,1,2048]",
+                java.util.Set.of("--scale", "--data", "--queries", "--chunks"));
+        double scale = Double.parseDouble(o.get("--scale", "1"));
+        String queries = o.get("--queries", "all");
+        int chunks = Integer.parseInt(o.get("--chunks", "32"));
+        Path data = Path.of(o.get("--data", "examples/target/tpcds-sf"
+                + (scale == Math.floor(scale) ? Long.toString((long) scale) : Double.toString(scale))));
         List<String> names = queries.equals("all") ? allQueries() : List.of(queries.split(","));
         System.out.printf(Locale.ROOT, "TPC-DS scale %s, %d queries, %d round(s), on %s; data in %s%n", scale,
-                names.size(), rounds, master, data.toAbsolutePath());
+                names.size(), o.rounds, o.master, data.toAbsolutePath());
         List<QueryRun> runs = new ArrayList<>();
         Map<String, List<String>> reference = new LinkedHashMap<>();
         List<String> mismatches = new ArrayList<>();
-        for (int round = 1; round <= rounds; round++) {
+        for (int round = 1; round <= o.rounds; round++) {
             for (boolean rdma : new boolean[] {false, true}) {
-                SparkConf conf = new SparkConf().setMaster(master).setAppName("tpcds-" + (rdma ? "rdma" : "sort"))
+                SparkConf conf = new SparkConf().setMaster(o.master).setAppName("tpcds-" + (rdma ? "rdma" : "sort"))
                         .set("spark.ui.enabled", "false").set("spark.sql.shuffle.partitions", "16")
-                        .set("spark.executor.memory", master.startsWith("local-cluster") ? "1536m" : "1g");
-                Cluster.configure(conf, rdma, jars, extra);
+                        .set("spark.executor.memory", o.master.startsWith("local-cluster") ? "1536m" : "1g");
+                Cluster.configure(conf, rdma, o.jars, o.conf);
                 String manager = rdma ? "rdma" : "sort";
                 SparkSession spark = SparkSession.builder().config(conf).getOrCreate();
                 try {
-                    Cluster.waitForExecutors(spark.sparkContext(), master, executors);
+                    Cluster.waitForExecutors(spark.sparkContext(), o.master, o.executors);
                     TpcdsData.generate(spark, scale, data, chunks);
                     TpcdsData.register(spark, data);
                     StageRecorder recorder = new StageRecorder();
@@ -186,9 +160,9 @@ public final class TpcdsComparison {
         String md = report(names, runs);
         System.out.println();
         System.out.println(md);
-        Files.createDirectories(out);
-        Files.writeString(out.resolve("tpcds.md"), md);
-        Files.writeString(out.resolve("tpcds.json"), new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT)
+        Files.createDirectories(o.out);
+        Files.writeString(o.out.resolve("tpcds.md"), md);
+        Files.writeString(o.out.resolve("tpcds.json"), new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT)
                 .writeValueAsString(Map.of("scale", scale, "runs", runs, "mismatches", mismatches)));
         StringBuilder csv = new StringBuilder("query,manager,round,seconds,rows,shuffle_written,remote_read,"
                 + "local_read,fetch_wait_s,executor_cpu_s,gc_s,error\n");
@@ -199,13 +173,13 @@ public final class TpcdsComparison {
                 String.format(Locale.ROOT, "%.3f", r.executorCpuSeconds()),
                 String.format(Locale.ROOT, "%.3f", r.gcSeconds()),
                 r.error() == null ? "" : '"' + r.error().replace("\"", "'") + '"')).append('\n'));
-        Files.writeString(out.resolve("tpcds.csv"), csv);
-        chart(names, runs, out.resolve("tpcds.png"));
+        Files.writeString(o.out.resolve("tpcds.csv"), csv);
+        chart(names, runs, o.out.resolve("tpcds.png"));
         if (!mismatches.isEmpty()) {
             System.err.println("results DIFFER from sort shuffle for " + mismatches);
             System.exit(1);
         }
-        System.out.println("every query's result identical under both managers; tables in " + out.toAbsolutePath());
+        System.out.println("every query's result identical under both managers; tables in " + o.out.toAbsolutePath());
     }
 
     private static double median(List<QueryRun> runs, String q, String manager) {

@@ -4,19 +4,17 @@ import java.io.IOException;
 import java.net.BindException;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
-import java.nio.MappedByteBuffer;
-import java.nio.channels.FileChannel;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.Registrar;
+import org.rdmashuffle.transport.Mappings;
 import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
@@ -261,18 +259,7 @@ public final class TcpNode implements RdmaNode {
 
     @Override
     public MemoryRegion registerFile(Path file, long offset, int length) throws IOException {
-        if (offset < 0 || length <= 0) {
-            throw new IllegalArgumentException("bad file range: offset " + offset + ", length " + length);
-        }
-        MappedByteBuffer mapped;
-        try (FileChannel fc = FileChannel.open(file, StandardOpenOption.READ)) {
-            long size = fc.size();
-            if (offset + length > size) {
-                throw new IllegalArgumentException("range " + offset + "+" + length + " is beyond the end of "
-                        + file + " (" + size + " bytes)");
-            }
-            mapped = fc.map(FileChannel.MapMode.READ_ONLY, offset, length);
-        }
+        ByteBuffer mapped = Mappings.fileRange(file, offset, length, Mappings.FileMemory.READ_ONLY);
         try {
             return add(mapped, RegionAccess.REMOTE_READ, true);
         } catch (IOException | RuntimeException e) {

@@ -2,6 +2,7 @@ package org.rdmashuffle.transport.tcp;
 
 import java.nio.ByteBuffer;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.rdmashuffle.transport.Mappings;
 import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.RegionAccess;
 import org.rdmashuffle.transport.RegionDescriptor;

@@ -168,7 +168,7 @@ final class VerbsChannel implements RdmaChannel {
             throw new TransportException("channel to " + peer + " is closed", ReadStatus.CHANNEL_CLOSED, null);
         }
         for (int i = 0; i < n; i++) {
-            localOf(batch, i); // validates every destination before anything is posted
+            regionOf(batch, i); // validates every destination before anything is posted
         }
         boolean onCompletionThread = node.isCompletionThread();
         int accepted = 0;
@@ -184,8 +184,9 @@ final class VerbsChannel implements RdmaChannel {
                     node.completeLater(listener, batch.requestId(accepted), ReadStatus.INVALID_LENGTH);
                     continue;
                 }
-                enqueueLast(batch.remoteAddress(accepted), batch.rkey(accepted), len, localOf(batch, accepted),
-                        lkeyOf(batch, accepted), batch.requestId(accepted), listener, now, (byte) 0);
+                VerbsRegion dst = regionOf(batch, accepted);
+                enqueueLast(batch.remoteAddress(accepted), batch.rkey(accepted), len, localOf(batch, accepted, dst),
+                        dst.lkey, batch.requestId(accepted), listener, now, (byte) 0);
             }
             if (state == OPEN) {
                 drain();
@@ -235,15 +236,11 @@ final class VerbsChannel implements RdmaChannel {
         return r;
     }
 
-    private long localOf(ReadBatch b, int i) {
-        VerbsRegion r = regionOf(b, i);
+    /** The device address entry {@code i} lands at, in its destination region {@code r}. */
+    private static long localOf(ReadBatch b, int i, VerbsRegion r) {
         RegisteredBuffer rb = b.dstBuffer(i);
         long base = rb != null ? r.address + rb.registrationOffset() : r.address;
         return base + b.dstOffset(i);
-    }
-
-    private int lkeyOf(ReadBatch b, int i) {
-        return regionOf(b, i).lkey;
     }
 
     private void enqueueLast(long remote, int rkey, int len, long local, int lkey, long requestId, ReadListener l,

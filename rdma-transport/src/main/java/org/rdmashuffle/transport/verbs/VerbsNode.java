@@ -8,10 +8,7 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.ByteBuffer;
-import java.nio.MappedByteBuffer;
-import java.nio.channels.FileChannel;
 import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
@@ -40,7 +37,8 @@ import org.rdmashuffle.transport.ReadListener;
 import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.RegionAccess;
 import org.rdmashuffle.transport.TransportException;
-import org.rdmashuffle.transport.tcp.Mappings;
+import org.rdmashuffle.transport.Mappings;
+import org.rdmashuffle.transport.Mappings.FileMemory;
 import org.rdmashuffle.transport.tcp.TcpNode;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -470,20 +468,17 @@ public final class VerbsNode implements RdmaNode {
      */
     @Override
     public MemoryRegion registerFile(Path file, long offset, int length) throws IOException {
-        if (offset < 0 || length <= 0) {
-            throw new IllegalArgumentException("bad file range: offset " + offset + ", length " + length);
-        }
         for (;;) {
-            int mode = fileMode;
+            FileMemory mode = fileMode;
             ByteBuffer memory = null;
             try {
-                memory = fileMemory(file, offset, length, mode);
+                memory = Mappings.fileRange(file, offset, length, mode);
                 return add(memory, RegionAccess.REMOTE_READ, true);
             } catch (TransportException e) {
                 if (memory != null) {
                     Mappings.unmap(memory);
                 }
-                if (mode == FILE_COPY || closed) {
+                if (mode == FileMemory.COPY || closed) {
                     throw e;
                 }
                 stepDown(mode, e.getMessage());
@@ -491,7 +486,7 @@ public final class VerbsNode implements RdmaNode {
                 if (memory != null) {
                     Mappings.unmap(memory);
                 }
-                if (mode != FILE_READ_WRITE) {
+                if (mode != FileMemory.READ_WRITE) {
                     throw e;
                 }
                 stepDown(mode, "cannot open " + file + " for a read-write mapping: " + e.getMessage());
@@ -504,44 +499,18 @@ public final class VerbsNode implements RdmaNode {
         }
     }
 
-    private static final int FILE_READ_ONLY = 0;
-    private static final int FILE_READ_WRITE = 1;
-    private static final int FILE_COPY = 2;
-    private volatile int fileMode = FILE_READ_ONLY;
+    private volatile FileMemory fileMode = FileMemory.READ_ONLY;
 
-    private synchronized void stepDown(int from, String why) {
+    private synchronized void stepDown(FileMemory from, String why) {
         if (fileMode != from) {
             return;
         }
-        fileMode = from + 1;
+        fileMode = FileMemory.values()[from.ordinal() + 1];
         LOG.info("verbs: the device did not register a {} ({}); registering map outputs as {} from now on",
-                from == FILE_READ_ONLY ? "read-only file mapping" : "read-write file mapping", why,
-                from == FILE_READ_ONLY ? "read-write mappings (never written)" : "copies in registered memory");
+                from == FileMemory.READ_ONLY ? "read-only file mapping" : "read-write file mapping", why,
+                from == FileMemory.READ_ONLY ? "read-write mappings (never written)" : "copies in registered memory");
     }
 
-    private static ByteBuffer fileMemory(Path file, long offset, int length, int mode) throws IOException {
-        try (FileChannel fc = mode == FILE_READ_WRITE
-                ? FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)
-                : FileChannel.open(file, StandardOpenOption.READ)) {
-            long size = fc.size();
-            if (offset + length > size) {
-                throw new IllegalArgumentException("range " + offset + "+" + length + " is beyond the end of "
-                        + file + " (" + size + " bytes)");
-            }
-            if (mode == FILE_COPY) {
-                ByteBuffer copy = ByteBuffer.allocateDirect(length);
-                while (copy.hasRemaining()) {
-                    if (fc.read(copy, offset + copy.position()) < 0) {
-                        throw new IOException(file + " ended while it was being copied");
-                    }
-                }
-                return copy.clear();
-            }
-            MappedByteBuffer mapped = fc.map(mode == FILE_READ_WRITE ? FileChannel.MapMode.READ_WRITE
-                    : FileChannel.MapMode.READ_ONLY, offset, length);
-            return mapped;
-        }
-    }
 
     private VerbsRegion add(ByteBuffer memory, RegionAccess access, boolean ownsMapping) throws IOException {
         ensureOpen();

@@ -6,7 +6,7 @@ import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.RegionAccess;
 import org.rdmashuffle.transport.RegionDescriptor;
-import org.rdmashuffle.transport.tcp.Mappings;
+import org.rdmashuffle.transport.Mappings;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
