@@ -66,8 +66,8 @@ public final class RdmaShuffleConf {
 
     public static final ConfigKey<Integer> SEND_QUEUE_DEPTH = declare(ConfigKey.integer(PREFIX + "sendQueueDepth",
             4096, 16, 1 << 20,
-            "READs a channel accepts beyond those in flight before a post waits for room (bounded by "
-                    + "`spark.shuffle.rdma.requestTimeout`)."));
+            "READs a channel keeps queued in its preallocated ring beyond those in flight. A post never waits: "
+                    + "past the ring, requests queue in an overflow list (one small object each) until there is room."));
 
     public static final ConfigKey<Long> READ_BLOCK_SIZE = declare(ConfigKey.bytes(PREFIX + "readBlockSize",
             "1m", 4L << 10, 64L << 20, false,
@@ -140,8 +140,33 @@ public final class RdmaShuffleConf {
                     + "every request on it completes with a timeout."));
 
     public static final ConfigKey<Long> MAX_CONTROL_MESSAGE_SIZE = declare(ConfigKey.bytes(
-            PREFIX + "maxControlMessageSize", "16m", 1L << 10, 1L << 30, false,
-            "Largest two-sided control message (handshake, directory replies) a node accepts."));
+            PREFIX + "maxControlMessageSize", "64k", 1L << 10, 1L << 30, false,
+            "Largest two-sided control message (output-table look-ups, READ diagnosis) a node accepts or "
+                    + "sends. A body arrives into a buffer that grows with the bytes received, never beyond this; "
+                    + "a peer claiming more gets MALFORMED_REQUEST and its connection is closed."));
+
+    public static final ConfigKey<Integer> MAX_CONNECTIONS = declare(ConfigKey.integer(PREFIX + "maxConnections",
+            1024, 1, 1 << 20,
+            "tcp: connections a node serves at once (handshaking and handshaken). A connection past the cap is "
+                    + "refused at once with handshake status 4 (busy) and closed; the connecting side retries. "
+                    + "Each handshaken connection holds 80 KiB of direct memory."));
+
+    public static final ConfigKey<Integer> MAX_HANDSHAKING_CONNECTIONS = declare(ConfigKey.integer(
+            PREFIX + "maxHandshakingConnections", 128, 1, 1 << 20,
+            "tcp: connections a node keeps that have not finished the handshake (each holds a few hundred bytes "
+                    + "of heap and no direct memory). Past it a new connection is refused like one past "
+                    + "`maxConnections`, so peers that never authenticate cannot crowd out those that do."));
+
+    public static final ConfigKey<Long> IDLE_TIMEOUT = declare(ConfigKey.millis(PREFIX + "idleTimeout",
+            "5min", 1000, 86_400_000,
+            "tcp: a served connection on which no byte moved in either direction for this long is closed (an "
+                    + "abandoned peer, or one that stopped reading its replies). Channels with nothing outstanding "
+                    + "send an empty keep-alive message after a third of it, so live peers are never closed."));
+
+    public static final ConfigKey<Long> FRAME_TIMEOUT = declare(ConfigKey.millis(PREFIX + "frameTimeout",
+            "30s", 100, 3_600_000,
+            "tcp: once part of a request frame (header or control body) has arrived, the rest must arrive "
+                    + "within this long, or the connection is closed."));
 
     public static final ConfigKey<Integer> VERBS_MAX_READ_ATOMS = declare(ConfigKey.integer(
             PREFIX + "verbs.maxQpReadAtoms", 16, 1, 1024,
@@ -390,5 +415,21 @@ public final class RdmaShuffleConf {
 
     public int maxControlMessageSizeBytes() {
         return Math.toIntExact(get(MAX_CONTROL_MESSAGE_SIZE));
+    }
+
+    public int maxConnections() {
+        return get(MAX_CONNECTIONS);
+    }
+
+    public int maxHandshakingConnections() {
+        return get(MAX_HANDSHAKING_CONNECTIONS);
+    }
+
+    public long idleTimeoutMs() {
+        return get(IDLE_TIMEOUT);
+    }
+
+    public long frameTimeoutMs() {
+        return get(FRAME_TIMEOUT);
     }
 }

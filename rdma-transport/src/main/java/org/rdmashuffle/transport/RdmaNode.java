@@ -38,6 +38,14 @@ public interface RdmaNode extends AutoCloseable {
 
     NodeStats stats();
 
+    /**
+     * Why this node stopped working while open (a serving or completion loop that could not go on), or
+     * null while it works. A failed node refuses new connections and posts; close it.
+     */
+    default Throwable failure() {
+        return null;
+    }
+
     @Override
     void close();
 }

@@ -420,7 +420,7 @@ public abstract class TransportContractTest {
                 () -> ch.call(ByteBuffer.wrap("fail".getBytes(StandardCharsets.UTF_8))).get(10, TimeUnit.SECONDS));
         assertEquals(ReadStatus.HANDLER_FAILED, ((TransportException) e.getCause()).status());
         assertTrue(ch.isOpen());
-        byte[] large = new byte[200_000];
+        byte[] large = new byte[60_000]; // under the default limit (64 KiB), over the inline and first-buffer sizes
         new SplittableRandom(1).nextBytes(large);
         for (int i = 0; i < large.length; i++) {
             large[i] = (byte) ('a' + (large[i] & 15));

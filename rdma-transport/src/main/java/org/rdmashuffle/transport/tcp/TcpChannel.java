@@ -5,9 +5,9 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.SocketChannel;
+import java.util.ArrayDeque;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
 import org.rdmashuffle.pool.Registration;
 import org.rdmashuffle.pool.RegisteredBuffer;
@@ -26,6 +26,13 @@ import org.slf4j.LoggerFactory;
  * the node's requester thread sends them (at most {@code window} outstanding), reads each reply
  * header, and reads the payload straight from the socket into the destination buffer. Replies come
  * in request order. Completions run on the requester thread.
+ *
+ * <p>A post never waits: when the ring is full, requests queue in an overflow list (in post order)
+ * and move into the ring as replies free slots, so a completion that posts more never blocks the
+ * thread that would free room. The request timeout measures progress: the oldest request fails the
+ * channel when no reply came for the timeout since it was posted or since the last reply, whichever
+ * is later. With nothing outstanding the channel sends an empty control message (a keep-alive) now
+ * and then, so the peer's idle timeout never closes a live channel.
  */
 final class TcpChannel implements RdmaChannel {
     private static final Logger LOG = LoggerFactory.getLogger(TcpChannel.class);
@@ -60,8 +67,9 @@ final class TcpChannel implements RdmaChannel {
     private final long[] postNanos;
 
     private final ReentrantLock lock = new ReentrantLock();
-    private final Condition space = lock.newCondition();
-    private int spaceWaiters;
+    /** Requests posted while the ring was full, in post order; guarded by lock. */
+    private final ArrayDeque<Queued> overflow = new ArrayDeque<>();
+    private static final ByteBuffer KEEP_ALIVE = ByteBuffer.allocate(0);
     private volatile long head;
     private volatile long tail;
     private volatile boolean open = true;
@@ -79,6 +87,10 @@ final class TcpChannel implements RdmaChannel {
     private ByteBuffer curDst;
     private ByteBuffer curControl;
     private boolean failed;
+    /** When the last reply completed (or the channel opened); requester thread only. */
+    private long lastReplyNanos = System.nanoTime();
+    /** When a request was last sent or a reply last completed; requester thread only. */
+    private long lastActivityNanos = lastReplyNanos;
 
     TcpChannel(TcpNode node, NodeAddress peer, SocketChannel socket, int window, int queueDepth, long timeoutMs,
                int maxControlBytes) {
@@ -145,23 +157,28 @@ final class TcpChannel implements RdmaChannel {
         for (int i = 0; i < n; i++) {
             sinkOf(batch, i);
         }
-        int accepted = 0;
         lock.lock();
         try {
+            if (!open) {
+                throw new TransportException("channel to " + peer + " is closed", ReadStatus.CHANNEL_CLOSED, null);
+            }
             long now = System.nanoTime();
-            for (; accepted < n; accepted++) {
-                if (!awaitSpace()) {
-                    break;
+            for (int k = 0; k < n; k++) {
+                ByteBuffer sink = sinkOf(batch, k);
+                if (!overflow.isEmpty() || tail - head > mask) {
+                    overflow.add(new Queued(KIND_READ, batch.remoteAddress(k), batch.rkey(k), batch.length(k), sink,
+                            batch.dstOffset(k), batch.requestId(k), l, null, null, now));
+                    continue;
                 }
                 long seq = tail;
                 int i = (int) seq & mask;
                 kind[i] = KIND_READ;
-                remoteAddress[i] = batch.remoteAddress(accepted);
-                rkey[i] = batch.rkey(accepted);
-                length[i] = batch.length(accepted);
-                dst[i] = sinkOf(batch, accepted);
-                dstOffset[i] = batch.dstOffset(accepted);
-                requestId[i] = batch.requestId(accepted);
+                remoteAddress[i] = batch.remoteAddress(k);
+                rkey[i] = batch.rkey(k);
+                length[i] = batch.length(k);
+                dst[i] = sink;
+                dstOffset[i] = batch.dstOffset(k);
+                requestId[i] = batch.requestId(k);
                 listener[i] = l;
                 postNanos[i] = now;
                 tail = seq + 1;
@@ -169,32 +186,35 @@ final class TcpChannel implements RdmaChannel {
         } finally {
             lock.unlock();
         }
-        if (accepted == 0) {
-            throw new TransportException("channel to " + peer + " closed while posting", ReadStatus.CHANNEL_CLOSED,
-                    null);
-        }
-        for (int i = accepted; i < n; i++) {
-            // The channel failed while this post waited for room: these were never accepted.
-            notify(l, batch.requestId(i), ReadStatus.CHANNEL_CLOSED, 0);
-        }
         wantsFlush = true;
         node.requester().wakeup();
     }
 
-    /** Waits for a free slot; false when the channel closed meanwhile. Called with the lock held. */
-    private boolean awaitSpace() {
-        while (open && tail - head > mask) {
-            spaceWaiters++;
-            try {
-                space.await(100, TimeUnit.MILLISECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                return false;
-            } finally {
-                spaceWaiters--;
-            }
+    /** A request posted while the ring was full. */
+    private record Queued(byte kind, long remoteAddress, int rkey, int length, ByteBuffer dst, int dstOffset,
+                          long requestId, ReadListener listener, ByteBuffer controlPayload,
+                          CompletableFuture<ByteBuffer> controlFuture, long postNanos) {
+    }
+
+    /** Moves overflowed requests into free ring slots. Called with the lock held. */
+    private void refillFromOverflow() {
+        Queued q;
+        while (tail - head <= mask && (q = overflow.poll()) != null) {
+            long seq = tail;
+            int i = (int) seq & mask;
+            kind[i] = q.kind();
+            remoteAddress[i] = q.remoteAddress();
+            rkey[i] = q.rkey();
+            length[i] = q.length();
+            dst[i] = q.dst();
+            dstOffset[i] = q.dstOffset();
+            requestId[i] = q.requestId();
+            listener[i] = q.listener();
+            controlPayload[i] = q.controlPayload();
+            controlFuture[i] = q.controlFuture();
+            postNanos[i] = q.postNanos();
+            tail = seq + 1;
         }
-        return open;
     }
 
     @Override
@@ -205,28 +225,56 @@ final class TcpChannel implements RdmaChannel {
                     + " bytes exceeds spark.shuffle.rdma.maxControlMessageSize=" + maxControlBytes));
             return f;
         }
+        if (!request.hasRemaining()) {
+            f.completeExceptionally(new IllegalArgumentException("a control message needs a body (empty ones are "
+                    + "the transport's keep-alives)"));
+            return f;
+        }
         ByteBuffer copy = ByteBuffer.allocate(request.remaining());
         copy.put(request.duplicate()).flip();
+        if (!enqueueControl(copy, f)) {
+            f.completeExceptionally(new TransportException("channel to " + peer + " is closed",
+                    ReadStatus.CHANNEL_CLOSED, null));
+        }
+        return f;
+    }
+
+    /** Queues a control message ({@code f} null: a keep-alive); false when the channel is closed. */
+    private boolean enqueueControl(ByteBuffer payload, CompletableFuture<ByteBuffer> f) {
         lock.lock();
         try {
-            if (!awaitSpace()) {
-                f.completeExceptionally(new TransportException("channel to " + peer + " is closed",
-                        ReadStatus.CHANNEL_CLOSED, null));
-                return f;
+            if (!open) {
+                return false;
             }
-            long seq = tail;
-            int i = (int) seq & mask;
-            kind[i] = KIND_CONTROL;
-            controlPayload[i] = copy;
-            controlFuture[i] = f;
-            postNanos[i] = System.nanoTime();
-            tail = seq + 1;
+            long now = System.nanoTime();
+            if (!overflow.isEmpty() || tail - head > mask) {
+                overflow.add(new Queued(KIND_CONTROL, 0, 0, 0, null, 0, 0, null, payload, f, now));
+            } else {
+                long seq = tail;
+                int i = (int) seq & mask;
+                kind[i] = KIND_CONTROL;
+                controlPayload[i] = payload;
+                controlFuture[i] = f;
+                postNanos[i] = now;
+                tail = seq + 1;
+            }
         } finally {
             lock.unlock();
         }
         wantsFlush = true;
         node.requester().wakeup();
-        return f;
+        return true;
+    }
+
+    /**
+     * Requester thread: sends a keep-alive when nothing is outstanding and nothing moved for
+     * {@code intervalNanos}.
+     */
+    void keepAlive(long now, long intervalNanos) {
+        if (open && head == tail && now - lastActivityNanos > intervalNanos) {
+            lastActivityNanos = now;
+            enqueueControl(KEEP_ALIVE, null);
+        }
     }
 
     @Override
@@ -296,6 +344,7 @@ final class TcpChannel implements RdmaChannel {
                 }
                 sent++;
                 any = true;
+                lastActivityNanos = System.nanoTime();
             }
         } finally {
             lock.unlock();
@@ -453,6 +502,9 @@ final class TcpChannel implements RdmaChannel {
         CompletableFuture<ByteBuffer> f = (CompletableFuture<ByteBuffer>) controlFuture[i];
         controlFuture[i] = null;
         advanceHead();
+        if (f == null) {
+            return; // a keep-alive's answer
+        }
         if (status == ReadStatus.SUCCESS) {
             f.complete(reply);
         } else {
@@ -462,11 +514,14 @@ final class TcpChannel implements RdmaChannel {
     }
 
     private void advanceHead() {
+        long now = System.nanoTime();
+        lastReplyNanos = now;
+        lastActivityNanos = now;
         lock.lock();
         try {
             head = head + 1;
-            if (spaceWaiters > 0) {
-                space.signalAll();
+            if (!overflow.isEmpty()) {
+                refillFromOverflow();
             }
         } finally {
             lock.unlock();
@@ -476,15 +531,19 @@ final class TcpChannel implements RdmaChannel {
     private static void notify(ReadListener l, long id, int status, int len) {
         try {
             l.onReadComplete(id, status, len);
-        } catch (RuntimeException e) {
-            LOG.error("READ listener threw; the completion is not retried", e);
+        } catch (Throwable t) {
+            // A listener's failure is its own: the requester thread goes on for every other request.
+            LOG.error("READ listener threw; the completion is not retried", t);
         }
     }
 
-    /** Fails the channel if its oldest request has waited longer than the request timeout. */
+    /**
+     * Fails the channel if its oldest request got no reply within the request timeout, counted from
+     * its post or from the last reply, whichever is later (a long queue that moves is not a timeout).
+     */
     void checkTimeout(long now) {
         long h = head;
-        if (h < tail && now - postNanos[(int) h & mask] > timeoutNanos) {
+        if (h < tail && now - Math.max(postNanos[(int) h & mask], lastReplyNanos) > timeoutNanos) {
             fail(ReadStatus.TIMEOUT, "no reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
                     + " ms (spark.shuffle.rdma.requestTimeout)");
         }
@@ -516,6 +575,7 @@ final class TcpChannel implements RdmaChannel {
             LOG.debug("closing socket to {}", peer, e);
         }
         int count;
+        Queued[] queued;
         ReadListener[] ls;
         long[] ids;
         Object[] fs;
@@ -539,7 +599,8 @@ final class TcpChannel implements RdmaChannel {
             }
             head = t;
             sent = t;
-            space.signalAll();
+            queued = overflow.toArray(new Queued[0]);
+            overflow.clear();
         } finally {
             lock.unlock();
         }
@@ -551,6 +612,15 @@ final class TcpChannel implements RdmaChannel {
                 ((CompletableFuture<ByteBuffer>) fs[k]).completeExceptionally(new TransportException(
                         "control message to " + peer + " failed: " + ReadStatus.describe(status) + " (" + reason + ")",
                         status, null));
+            }
+        }
+        for (Queued q : queued) {
+            if (q.listener() != null) {
+                node.countRead(status, 0);
+                notify(q.listener(), q.requestId(), status, 0);
+            } else if (q.controlFuture() != null) {
+                q.controlFuture().completeExceptionally(new TransportException("control message to " + peer
+                        + " failed: " + ReadStatus.describe(status) + " (" + reason + ")", status, null));
             }
         }
         node.channelClosed(this);

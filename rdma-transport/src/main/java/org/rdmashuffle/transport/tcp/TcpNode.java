@@ -52,6 +52,7 @@ public final class TcpNode implements RdmaNode {
     private final AtomicLong nextBase = new AtomicLong(1);
     private final AtomicLong registeredBytes = new AtomicLong();
     private volatile boolean closed;
+    private volatile Throwable failure;
 
     // Written by the requester thread only.
     private volatile long readsCompleted;
@@ -66,8 +67,8 @@ public final class TcpNode implements RdmaNode {
         this.address = new NodeAddress(options.advertisedHost(), port, PROVIDER);
         try {
             this.responder = new TcpResponder(this, server, table, options.controlHandler(), options.secret(),
-                    conf.maxControlMessageSizeBytes(), conf.connectTimeoutMs());
-            this.requester = new TcpRequester();
+                    TcpResponder.Limits.from(conf));
+            this.requester = new TcpRequester(this, TimeUnit.MILLISECONDS.toNanos(conf.idleTimeoutMs()) / 3);
         } catch (IOException | RuntimeException e) {
             server.close();
             throw e;
@@ -178,6 +179,9 @@ public final class TcpNode implements RdmaNode {
             }
             challenge.getShort();
             int status = challenge.getShort();
+            if (status == Wire.HS_BUSY) {
+                throw new IOException("refused at handshake: " + Wire.handshakeStatus(status)); // worth a retry
+            }
             if (status != Wire.HS_OK) {
                 throw new HandshakeRefused(Wire.handshakeStatus(status));
             }
@@ -318,14 +322,47 @@ public final class TcpNode implements RdmaNode {
                 responder.bytesServed, table.size(), registeredBytes.get(), open);
     }
 
-    /** Connections peers have open to this node (for tests). */
+    /** Connections peers have open to this node. */
     int servedConnections() {
         return responder.connectionCount();
+    }
+
+    /** Connections refused at a limit since the node started. */
+    long connectionsRefused() {
+        return responder.connectionsRefused;
+    }
+
+    /** Connections closed for a limit (handshake, frame or idle time) since the node started. */
+    long connectionsClosedByLimit() {
+        return responder.connectionsClosedByLimit;
     }
 
     private void ensureOpen() throws TransportException {
         if (closed) {
             throw new TransportException("node " + address + " is closed", ReadStatus.CHANNEL_CLOSED, null);
+        }
+        Throwable f = failure;
+        if (f != null) {
+            throw new TransportException("node " + address + " has failed: " + f, ReadStatus.CHANNEL_CLOSED, f);
+        }
+    }
+
+    @Override
+    public Throwable failure() {
+        return failure;
+    }
+
+    /** The responder's loop could not go on: the node serves nothing more (its thread closed every connection). */
+    void responderFailed(Throwable t) {
+        if (failure == null) {
+            failure = t;
+        }
+    }
+
+    /** The requester's loop could not go on: every channel has failed, and no new one opens. */
+    void requesterFailed(Throwable t) {
+        if (failure == null) {
+            failure = t;
         }
     }
 
@@ -342,6 +379,9 @@ public final class TcpNode implements RdmaNode {
         }
         responder.stop();
         join(responderThread);
+        if (!responderThread.isAlive()) {
+            responder.releaseAll(); // idempotent: the loop's own release may have failed part-way
+        }
         try {
             server.close();
         } catch (IOException e) {

@@ -8,9 +8,11 @@ import org.rdmashuffle.transport.RegionAccess;
 import org.rdmashuffle.transport.RegionDescriptor;
 
 /**
- * A registration of the tcp provider. Served bytes come from {@link #serveView} (responder thread
- * only); READs land through {@link #sinkView} (requester thread only). A use count keeps memory the
- * region mapped itself alive until the last READ being served from it has been sent.
+ * A registration of the tcp provider. The responder serves READs from it through views it borrows
+ * one per pending reply ({@link #borrowServeView}) or by absolute copies ({@link #copyTo}), so no
+ * position or limit is ever shared between two replies; READs land through {@link #sinkView}
+ * (requester thread only). A use count keeps memory the region mapped itself alive until the last
+ * READ being served from it has been sent.
  */
 final class TcpRegion implements MemoryRegion {
     final TcpNode node;
@@ -18,11 +20,14 @@ final class TcpRegion implements MemoryRegion {
     final long base;
     final int length;
     final RegionAccess access;
-    final ByteBuffer serveView;
     final ByteBuffer sinkView;
+    /** Spare serving views, reused so that serving allocates nothing; responder thread only. */
+    private ByteBuffer[] spareViews = new ByteBuffer[2];
+    private int spareViewCount;
     private final ByteBuffer memory;
     private final boolean ownsMapping;
     private final RegionDescriptor descriptor;
+    private static final int MAX_SPARE_VIEWS = 64;
     private final AtomicInteger uses = new AtomicInteger(1);
     private volatile boolean open = true;
 
@@ -34,9 +39,42 @@ final class TcpRegion implements MemoryRegion {
         this.length = memory.capacity();
         this.access = access;
         this.ownsMapping = ownsMapping;
-        this.serveView = memory.duplicate().clear();
         this.sinkView = access == RegionAccess.READ_SINK ? memory.duplicate().clear() : null;
         this.descriptor = new RegionDescriptor(base, length, rkey);
+    }
+
+    /**
+     * A view of {@code [offset, offset + length)} owned by one pending reply until it is handed back
+     * with {@link #returnServeView}. Responder thread only; the caller holds a use.
+     */
+    ByteBuffer borrowServeView(int offset, int length) {
+        ByteBuffer v;
+        if (spareViewCount > 0) {
+            v = spareViews[--spareViewCount];
+            spareViews[spareViewCount] = null;
+        } else {
+            v = memory.duplicate();
+        }
+        v.clear().position(offset).limit(offset + length);
+        return v;
+    }
+
+    /** Takes back a view from {@link #borrowServeView}; responder thread only. */
+    void returnServeView(ByteBuffer v) {
+        if (spareViewCount == spareViews.length) {
+            if (spareViews.length >= MAX_SPARE_VIEWS) {
+                return;
+            }
+            spareViews = java.util.Arrays.copyOf(spareViews, spareViews.length * 2);
+        }
+        spareViews[spareViewCount++] = v;
+    }
+
+    /** Copies {@code length} bytes from {@code offset} to {@code dst}'s position (absolute read: no shared state). */
+    void copyTo(ByteBuffer dst, int offset, int length) {
+        int at = dst.position();
+        dst.put(at, memory, offset, length);
+        dst.position(at + length);
     }
 
     @Override

@@ -11,7 +11,9 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The node's completion thread: drives every channel the node opened (sends queued requests, reads
- * replies into destinations, runs completions, enforces request timeouts).
+ * replies into destinations, runs completions, enforces request timeouts, sends keep-alives). It
+ * never waits on anything but its selector: anything thrown for one channel fails that channel
+ * only; if the loop itself cannot go on, the node is reported failed and every channel fails.
  */
 final class TcpRequester implements Runnable {
     private static final Logger LOG = LoggerFactory.getLogger(TcpRequester.class);
@@ -20,9 +22,13 @@ final class TcpRequester implements Runnable {
     private final Selector selector;
     private final List<TcpChannel> channels = new CopyOnWriteArrayList<>();
     private final java.util.function.Consumer<SelectionKey> onKey = this::service;
+    private final TcpNode node;
+    private final long keepAliveNanos;
     private volatile boolean running = true;
 
-    TcpRequester() throws IOException {
+    TcpRequester(TcpNode node, long keepAliveNanos) throws IOException {
+        this.node = node;
+        this.keepAliveNanos = keepAliveNanos;
         this.selector = Selector.open();
     }
 
@@ -40,8 +46,8 @@ final class TcpRequester implements Runnable {
             }
         } catch (TcpChannel.ProtocolException e) {
             c.fail(ReadStatus.PROTOCOL_ERROR, e.getMessage());
-        } catch (IOException | RuntimeException e) {
-            c.fail(ReadStatus.CONNECTION_LOST, e.toString());
+        } catch (Throwable t) {
+            c.fail(ReadStatus.CONNECTION_LOST, t.toString());
         }
     }
 
@@ -84,8 +90,8 @@ final class TcpRequester implements Runnable {
                         c.wantsFlush = false;
                         try {
                             c.flushWrites();
-                        } catch (IOException | RuntimeException e) {
-                            c.fail(ReadStatus.CONNECTION_LOST, e.toString());
+                        } catch (Throwable t) {
+                            c.fail(ReadStatus.CONNECTION_LOST, t.toString());
                         }
                     }
                 }
@@ -93,15 +99,22 @@ final class TcpRequester implements Runnable {
                 if (now - lastCheck > TIMEOUT_CHECK_NANOS) {
                     lastCheck = now;
                     for (int i = 0; i < channels.size(); i++) {
-                        channels.get(i).checkTimeout(now);
+                        TcpChannel c = channels.get(i);
+                        c.checkTimeout(now);
+                        c.keepAlive(now, keepAliveNanos);
                     }
                 }
             }
-        } catch (IOException | RuntimeException e) {
-            LOG.error("tcp requester thread stopped by an error", e);
+        } catch (Throwable t) {
+            LOG.error("tcp requester thread cannot go on: every channel of this node fails and no new one opens", t);
+            node.requesterFailed(t);
         } finally {
             for (TcpChannel c : channels) {
-                c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
+                try {
+                    c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
+                } catch (Throwable t) {
+                    LOG.debug("failing a channel", t);
+                }
             }
             try {
                 selector.close();

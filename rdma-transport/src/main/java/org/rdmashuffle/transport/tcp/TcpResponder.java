@@ -9,7 +9,10 @@ import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.transport.ControlHandler;
+import org.rdmashuffle.transport.Mappings;
+import org.rdmashuffle.transport.RateLimitedLog;
 import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.RegionAccess;
 import org.slf4j.Logger;
@@ -21,12 +24,37 @@ import org.slf4j.LoggerFactory;
  * mapped files) to the socket. Requests on a connection are pipelined and answered in order. A bad
  * request gets an error reply and the connection goes on; an unparseable frame gets an error reply
  * and the connection is closed. This is the only thread of a node that runs per remote READ.
+ *
+ * <p>Everything a reply is made of belongs to its connection: a pending payload is a view borrowed
+ * for that reply alone, so no other connection's request can move it. What a peer can make the node
+ * hold is bounded ({@link Limits}): connections, handshaking connections (which hold no direct
+ * memory), control bodies (which grow with the bytes that arrive), time to finish a frame, time
+ * without traffic. Anything thrown while serving one connection closes that connection only; if the
+ * loop itself cannot go on, the node is reported failed and every connection is closed.
  */
 final class TcpResponder implements Runnable {
     private static final Logger LOG = LoggerFactory.getLogger(TcpResponder.class);
     /** Payloads up to this size are copied next to their header; larger ones are written from the region. */
     private static final int INLINE_PAYLOAD_BYTES = 8192;
-    private static final int IO_BUFFER_BYTES = 64 << 10;
+    /** Input buffer of a handshaken connection: requests are 24 bytes, so this holds hundreds. */
+    static final int IN_BUFFER_BYTES = 16 << 10;
+    /** Output buffer of a handshaken connection: reply headers and inline payloads. */
+    static final int OUT_BUFFER_BYTES = 64 << 10;
+    /** Heap buffers of a connection before its handshake completes (no direct memory until then). */
+    static final int HANDSHAKE_BUFFER_BYTES = 64;
+    /** A control body's buffer starts this small and doubles as bytes arrive, up to the claimed length. */
+    private static final int CONTROL_INITIAL_BYTES = 1024;
+    private static final long EXPIRY_CHECK_NANOS = 100_000_000L;
+
+    /** What one peer can make this node hold. */
+    record Limits(int maxConnections, int maxHandshaking, int maxControlBytes, long handshakeTimeoutMs,
+                  long idleTimeoutMs, long frameTimeoutMs) {
+        static Limits from(RdmaShuffleConf conf) {
+            return new Limits(conf.maxConnections(), conf.maxHandshakingConnections(),
+                    conf.maxControlMessageSizeBytes(), conf.connectTimeoutMs(), conf.idleTimeoutMs(),
+                    conf.frameTimeoutMs());
+        }
+    }
 
     private final TcpNode node;
     private final ServerSocketChannel server;
@@ -34,10 +62,14 @@ final class TcpResponder implements Runnable {
     private final RegionTable table;
     private final ControlHandler handler;
     private final byte[] secret;
-    private final int maxControlBytes;
+    private final Limits limits;
     private final long handshakeTimeoutNanos;
+    private final long idleTimeoutNanos;
+    private final long frameTimeoutNanos;
     private final List<Connection> connections = new ArrayList<>();
     private final java.util.function.Consumer<SelectionKey> onKey = this::service;
+    private final RateLimitedLog limitLog = new RateLimitedLog(LOG, 10_000);
+    private int handshaking;
     private long lastExpiryCheck = System.nanoTime();
     private volatile boolean running = true;
 
@@ -45,16 +77,21 @@ final class TcpResponder implements Runnable {
     volatile long readsServed;
     volatile long readsRefused;
     volatile long bytesServed;
+    volatile long connectionsRefused;
+    volatile long connectionsClosedByLimit;
+    volatile int connectionCount;
 
     TcpResponder(TcpNode node, ServerSocketChannel server, RegionTable table, ControlHandler handler, byte[] secret,
-                 int maxControlBytes, long handshakeTimeoutMs) throws IOException {
+                 Limits limits) throws IOException {
         this.node = node;
         this.server = server;
         this.table = table;
         this.handler = handler;
         this.secret = secret;
-        this.maxControlBytes = maxControlBytes;
-        this.handshakeTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(handshakeTimeoutMs);
+        this.limits = limits;
+        this.handshakeTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.handshakeTimeoutMs());
+        this.idleTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.idleTimeoutMs());
+        this.frameTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.frameTimeoutMs());
         this.selector = Selector.open();
         server.configureBlocking(false);
         server.register(selector, SelectionKey.OP_ACCEPT);
@@ -71,24 +108,42 @@ final class TcpResponder implements Runnable {
             while (running) {
                 selector.select(onKey, 100);
                 long now = System.nanoTime();
-                if (now - lastExpiryCheck > 100_000_000L) {
+                if (now - lastExpiryCheck > EXPIRY_CHECK_NANOS) {
                     lastExpiryCheck = now;
-                    expireHandshakes();
+                    expire(now);
                 }
             }
-        } catch (IOException | RuntimeException e) {
+        } catch (Throwable t) {
             if (running) {
-                LOG.error("tcp responder of {} stopped by an error", node.localAddress(), e);
+                LOG.error("tcp responder of {} cannot go on: the node stops serving and closes every served "
+                        + "connection, so readers fail over to Spark's recovery", node.localAddress(), t);
+                node.responderFailed(t);
             }
         } finally {
-            for (Connection c : new ArrayList<>(connections)) {
-                c.close();
-            }
+            releaseAll();
+        }
+    }
+
+    /** Closes every connection, the listening socket and the selector; safe to call again from any thread once the loop ended. */
+    void releaseAll() {
+        for (int i = connections.size() - 1; i >= 0; i--) {
             try {
-                selector.close();
-            } catch (IOException e) {
-                LOG.debug("closing selector", e);
+                connections.get(i).close();
+            } catch (Throwable t) {
+                LOG.debug("closing a served connection", t);
             }
+        }
+        connections.clear();
+        connectionCount = 0;
+        try {
+            server.close();
+        } catch (IOException e) {
+            LOG.debug("closing the server socket", e);
+        }
+        try {
+            selector.close();
+        } catch (IOException e) {
+            LOG.debug("closing selector", e);
         }
     }
 
@@ -99,16 +154,22 @@ final class TcpResponder implements Runnable {
         if (k.isAcceptable()) {
             try {
                 accept();
-            } catch (IOException e) {
-                LOG.warn("accepting a connection failed", e);
+            } catch (Throwable t) {
+                limitLog.warn("accepting a connection failed: {}", t.toString());
             }
             return;
         }
         Connection c = (Connection) k.attachment();
         try {
             c.service();
-        } catch (IOException | RuntimeException e) {
+        } catch (IOException e) {
             LOG.debug("closing connection from {}: {}", c.remote, e.toString());
+            c.close();
+        } catch (Throwable t) {
+            // One connection's failure (a bug, or an Error such as running out of memory) ends that
+            // connection only; the loop goes on for every other peer.
+            limitLog.warn("closing connection from {} after an unexpected error: {}", c.remote, t.toString());
+            LOG.debug("the error", t);
             c.close();
         }
     }
@@ -116,30 +177,63 @@ final class TcpResponder implements Runnable {
     private void accept() throws IOException {
         SocketChannel ch;
         while ((ch = server.accept()) != null) {
-            ch.configureBlocking(false);
-            ch.socket().setTcpNoDelay(true);
-            Connection c = new Connection(ch);
-            c.key = ch.register(selector, SelectionKey.OP_READ, c);
-            connections.add(c);
+            if (connections.size() >= limits.maxConnections() || handshaking >= limits.maxHandshaking()) {
+                refuseBusy(ch);
+                continue;
+            }
+            try {
+                ch.configureBlocking(false);
+                ch.socket().setTcpNoDelay(true);
+                Connection c = new Connection(ch);
+                c.key = ch.register(selector, SelectionKey.OP_READ, c);
+                connections.add(c);
+                connectionCount = connections.size();
+                handshaking++;
+            } catch (IOException | RuntimeException e) {
+                ch.close();
+                throw e;
+            }
         }
     }
 
-    private void expireHandshakes() {
-        long now = System.nanoTime();
+    /** Answers a connection past a limit with handshake status busy and closes it at once. */
+    private void refuseBusy(SocketChannel ch) {
+        connectionsRefused++;
+        String remote = "?";
+        try {
+            remote = String.valueOf(ch.getRemoteAddress());
+            ch.configureBlocking(false);
+            ByteBuffer b = ByteBuffer.allocate(Wire.CHALLENGE_BYTES);
+            b.putInt(Wire.MAGIC).putShort(Wire.VERSION).putShort((short) Wire.HS_BUSY).put(new byte[Wire.NONCE_BYTES]);
+            ch.write(b.flip());
+        } catch (IOException e) {
+            LOG.debug("refusing {}", remote, e);
+        } finally {
+            try {
+                ch.close();
+            } catch (IOException e) {
+                LOG.debug("closing refused {}", remote, e);
+            }
+        }
+        limitLog.warn("refused a connection from {}: {} connections served ({} handshaking); limits "
+                        + "spark.shuffle.rdma.maxConnections={}, spark.shuffle.rdma.maxHandshakingConnections={}",
+                remote, connections.size(), handshaking, limits.maxConnections(), limits.maxHandshaking());
+    }
+
+    private void expire(long now) {
         for (int i = connections.size() - 1; i >= 0; i--) {
             Connection c = connections.get(i);
-            if (c.state == State.DRAINING && now - c.drainSinceNanos > handshakeTimeoutNanos) {
-                c.close();
-            } else if ((c.state == State.AWAIT_HELLO || c.state == State.AWAIT_AUTH)
-                    && now - c.acceptedNanos > handshakeTimeoutNanos) {
-                LOG.debug("closing connection from {}: no handshake within the connect timeout", c.remote);
+            String why = c.expiry(now);
+            if (why != null) {
+                connectionsClosedByLimit++;
+                limitLog.warn("closing connection from {}: {}", c.remote, why);
                 c.close();
             }
         }
     }
 
     int connectionCount() {
-        return connections.size();
+        return connectionCount;
     }
 
     /**
@@ -154,19 +248,27 @@ final class TcpResponder implements Runnable {
         final SocketChannel ch;
         final String remote;
         final long acceptedNanos = System.nanoTime();
-        final ByteBuffer in = ByteBuffer.allocateDirect(IO_BUFFER_BYTES);
-        final ByteBuffer out = ByteBuffer.allocateDirect(IO_BUFFER_BYTES);
+        /** Small heap buffers until the handshake succeeds, then direct ones. */
+        ByteBuffer in = ByteBuffer.allocate(HANDSHAKE_BUFFER_BYTES);
+        ByteBuffer out = ByteBuffer.allocate(HANDSHAKE_BUFFER_BYTES);
         final ByteBuffer[] gather = new ByteBuffer[2];
         SelectionKey key;
         State state = State.AWAIT_HELLO;
+        /** The pending reply's payload: a view owned by this reply ({@code payloadRegion}'s) or a control reply. */
         ByteBuffer payload;
         TcpRegion payloadRegion;
         ByteBuffer control;
+        int controlLength;
         int controlRequestId;
         byte[] clientNonce;
         byte[] serverNonce;
         boolean closeAfterFlush;
         long drainSinceNanos;
+        long lastProgressNanos = acceptedNanos;
+        /** When the first bytes of a frame still incomplete arrived; 0 when no frame is partly received. */
+        long partialSinceNanos;
+        /** The last parse stopped for want of input (not for want of room to reply). */
+        boolean starved;
 
         Connection(SocketChannel ch) {
             this.ch = ch;
@@ -177,6 +279,29 @@ final class TcpResponder implements Runnable {
                 r = "?";
             }
             this.remote = r;
+        }
+
+        /** Why this connection must close now, or null. */
+        String expiry(long now) {
+            switch (state) {
+                case DRAINING:
+                    return now - drainSinceNanos > handshakeTimeoutNanos ? "peer did not close after an error reply" : null;
+                case AWAIT_HELLO, AWAIT_AUTH:
+                    return now - acceptedNanos > handshakeTimeoutNanos
+                            ? "no handshake within spark.shuffle.rdma.connectTimeout" : null;
+                case CLOSED:
+                    return null;
+                default:
+                    if (partialSinceNanos != 0 && now - partialSinceNanos > frameTimeoutNanos) {
+                        return "a frame's remaining bytes did not arrive within spark.shuffle.rdma.frameTimeout";
+                    }
+                    if (now - lastProgressNanos > idleTimeoutNanos) {
+                        return "no byte moved for spark.shuffle.rdma.idleTimeout ("
+                                + (payload != null || out.position() > 0 ? "the peer stopped reading its replies"
+                                : "idle") + ")";
+                    }
+                    return null;
+            }
         }
 
         void service() throws IOException {
@@ -206,9 +331,20 @@ final class TcpResponder implements Runnable {
                     return;
                 }
                 if (n == 0) {
+                    notePartialFrame();
                     key.interestOps(SelectionKey.OP_READ);
                     return;
                 }
+                lastProgressNanos = System.nanoTime();
+            }
+        }
+
+        private void notePartialFrame() {
+            boolean partial = starved && (in.position() > 0 || state == State.CONTROL_BODY);
+            if (!partial) {
+                partialSinceNanos = 0;
+            } else if (partialSinceNanos == 0) {
+                partialSinceNanos = System.nanoTime();
             }
         }
 
@@ -241,26 +377,43 @@ final class TcpResponder implements Runnable {
                 gather[1] = payload;
                 n = ch.write(gather);
             }
+            if (n > 0) {
+                lastProgressNanos = System.nanoTime();
+            }
             boolean done = !out.hasRemaining() && (payload == null || !payload.hasRemaining());
             out.compact();
             if (done && payload != null) {
-                payload = null;
-                gather[1] = null;
-                if (payloadRegion != null) {
-                    payloadRegion.unuse();
-                    payloadRegion = null;
-                }
+                releasePayload();
             }
             return done;
         }
 
+        private void releasePayload() {
+            if (payloadRegion != null) {
+                payloadRegion.returnServeView(payload);
+                payloadRegion.unuse();
+                payloadRegion = null;
+            }
+            payload = null;
+            gather[1] = null;
+        }
+
+        /** Room a reply of the current state needs in {@code out}. */
+        private int replyRoom() {
+            return switch (state) {
+                case AWAIT_HELLO -> Wire.CHALLENGE_BYTES;
+                case AWAIT_AUTH -> Wire.WELCOME_BYTES;
+                default -> Wire.REPLY_HEADER_BYTES + INLINE_PAYLOAD_BYTES;
+            };
+        }
+
         /** Consumes complete frames from {@code in}; true when it produced output or changed state. */
-        private boolean parse() throws IOException {
+        private boolean parse() {
             in.flip();
             boolean progressed = false;
+            starved = false;
             try {
-                while (payload == null && !closeAfterFlush
-                        && out.remaining() >= Wire.REPLY_HEADER_BYTES + INLINE_PAYLOAD_BYTES) {
+                while (payload == null && !closeAfterFlush && out.remaining() >= replyRoom()) {
                     boolean step = switch (state) {
                         case AWAIT_HELLO -> hello();
                         case AWAIT_AUTH -> auth();
@@ -269,6 +422,7 @@ final class TcpResponder implements Runnable {
                         case DRAINING, CLOSED -> false;
                     };
                     if (!step) {
+                        starved = true;
                         break;
                     }
                     progressed = true;
@@ -276,7 +430,30 @@ final class TcpResponder implements Runnable {
             } finally {
                 in.compact();
             }
+            if (progressed) {
+                partialSinceNanos = 0;
+            }
+            if (state == State.SERVING && !in.isDirect()) {
+                upgradeBuffers();
+            }
             return progressed;
+        }
+
+        /** After the handshake: the direct buffers that serving needs, carrying over any bytes already there. */
+        private void upgradeBuffers() {
+            handshaking--;
+            ByteBuffer newIn = ByteBuffer.allocateDirect(IN_BUFFER_BYTES);
+            ByteBuffer newOut;
+            try {
+                newOut = ByteBuffer.allocateDirect(OUT_BUFFER_BYTES);
+            } catch (Throwable t) {
+                Mappings.unmap(newIn);
+                throw t;
+            }
+            newIn.put(in.flip());
+            newOut.put(out.flip());
+            in = newIn;
+            out = newOut;
         }
 
         private boolean hello() {
@@ -297,7 +474,7 @@ final class TcpResponder implements Runnable {
             }
             out.putInt(Wire.MAGIC).putShort(Wire.VERSION).putShort((short) status).put(serverNonce);
             if (status != Wire.HS_OK) {
-                LOG.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(status));
+                limitLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(status));
                 closeAfterFlush = true;
             } else {
                 state = State.AWAIT_AUTH;
@@ -318,8 +495,10 @@ final class TcpResponder implements Runnable {
             out.put(ok ? Handshake.proof(secret, 's', clientNonce, serverNonce) : new byte[Wire.PROOF_BYTES]);
             if (ok) {
                 state = State.SERVING;
+                clientNonce = null;
+                serverNonce = null;
             } else {
-                LOG.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(Wire.HS_AUTH_FAILED));
+                limitLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(Wire.HS_AUTH_FAILED));
                 closeAfterFlush = true;
             }
             return true;
@@ -338,10 +517,19 @@ final class TcpResponder implements Runnable {
             if (op == Wire.OP_READ) {
                 serveRead(requestId, rkey, address, length);
             } else if (op == Wire.OP_CONTROL) {
-                if (length < 0 || length > maxControlBytes) {
+                if (length < 0 || length > limits.maxControlBytes()) {
+                    limitLog.warn("closing connection from {}: control message of {} bytes claimed, limit "
+                            + "spark.shuffle.rdma.maxControlMessageSize={}", remote, length & 0xFFFFFFFFL,
+                            limits.maxControlBytes());
                     malformed(requestId);
+                } else if (length == 0) {
+                    // A keep-alive: answered at once, never shown to the handler.
+                    out.put(Wire.OP_CONTROL_REPLY).put((byte) ReadStatus.SUCCESS).putShort((short) 0)
+                            .putInt(requestId).putInt(0);
                 } else {
-                    control = ByteBuffer.allocate(length);
+                    // The body's buffer grows with the bytes that arrive, never ahead of them.
+                    control = ByteBuffer.allocate(Math.min(length, CONTROL_INITIAL_BYTES));
+                    controlLength = length;
                     controlRequestId = requestId;
                     state = State.CONTROL_BODY;
                 }
@@ -385,29 +573,37 @@ final class TcpResponder implements Runnable {
                 return;
             }
             out.put(Wire.OP_READ_REPLY).put((byte) 0).putShort((short) 0).putInt(requestId).putInt(length);
-            ByteBuffer view = r.serveView;
-            view.clear().position((int) offset).limit((int) offset + length);
             readsServed++;
             bytesServed += length;
             if (length <= INLINE_PAYLOAD_BYTES) {
-                out.put(view);
+                r.copyTo(out, (int) offset, length);
                 r.unuse();
             } else {
-                payload = view;
+                payload = r.borrowServeView((int) offset, length);
                 payloadRegion = r;
             }
         }
 
         private boolean controlBody() {
-            int n = Math.min(in.remaining(), control.remaining());
-            if (n > 0) {
-                int lim = in.limit();
-                in.limit(in.position() + n);
-                control.put(in);
-                in.limit(lim);
-            }
-            if (control.hasRemaining()) {
-                return false;
+            for (;;) {
+                int n = Math.min(in.remaining(), control.remaining());
+                if (n > 0) {
+                    int lim = in.limit();
+                    in.limit(in.position() + n);
+                    control.put(in);
+                    in.limit(lim);
+                }
+                if (control.position() == controlLength) {
+                    break;
+                }
+                if (!in.hasRemaining()) {
+                    return false;
+                }
+                // Full but more is coming and has arrived: grow, at most to the claimed length.
+                ByteBuffer bigger = ByteBuffer.allocate((int) Math.min(controlLength, 2L * control.capacity()));
+                control.flip();
+                bigger.put(control);
+                control = bigger;
             }
             control.flip();
             ByteBuffer reply;
@@ -415,12 +611,13 @@ final class TcpResponder implements Runnable {
             try {
                 reply = handler.onMessage(control.asReadOnlyBuffer());
             } catch (Exception e) {
-                LOG.warn("control handler failed for a message from {}", remote, e);
+                limitLog.warn("control handler failed for a message from {}: {}", remote, e.toString());
+                LOG.debug("the handler's failure", e);
                 reply = null;
                 status = ReadStatus.HANDLER_FAILED;
             }
             int len = reply == null ? 0 : reply.remaining();
-            if (len > maxControlBytes) {
+            if (len > limits.maxControlBytes()) {
                 LOG.warn("control reply of {} bytes exceeds spark.shuffle.rdma.maxControlMessageSize", len);
                 status = ReadStatus.HANDLER_FAILED;
                 len = 0;
@@ -444,13 +641,17 @@ final class TcpResponder implements Runnable {
             if (state == State.CLOSED) {
                 return;
             }
-            state = State.CLOSED;
-            if (payloadRegion != null) {
-                payloadRegion.unuse();
-                payloadRegion = null;
+            if (state == State.AWAIT_HELLO || state == State.AWAIT_AUTH
+                    || (state == State.DRAINING && !in.isDirect())) {
+                handshaking--;
             }
-            payload = null;
+            state = State.CLOSED;
+            if (payload != null) {
+                releasePayload();
+            }
+            control = null;
             connections.remove(this);
+            connectionCount = connections.size();
             if (key != null) {
                 key.cancel();
             }
@@ -458,6 +659,13 @@ final class TcpResponder implements Runnable {
                 ch.close();
             } catch (IOException e) {
                 LOG.debug("closing {}", remote, e);
+            }
+            // Direct memory goes back now, not when the garbage collector gets to it.
+            if (in.isDirect()) {
+                Mappings.unmap(in);
+            }
+            if (out.isDirect()) {
+                Mappings.unmap(out);
             }
         }
     }

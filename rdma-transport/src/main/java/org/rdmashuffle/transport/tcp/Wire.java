@@ -3,7 +3,7 @@ package org.rdmashuffle.transport.tcp;
 /** Frame layouts and constants of the tcp provider's protocol; docs/wire-format.md describes them. */
 final class Wire {
     static final int MAGIC = 0x52445348; // "RDSH"
-    static final short VERSION = 1;
+    static final short VERSION = 2;
 
     static final int HELLO_BYTES = 24;      // magic u32, version u16, flags u16, client nonce [16]
     static final int CHALLENGE_BYTES = 24;  // magic u32, version u16, status u16, server nonce [16]
@@ -17,6 +17,8 @@ final class Wire {
     static final int HS_BAD_VERSION = 1;
     static final int HS_AUTH_MISMATCH = 2;
     static final int HS_AUTH_FAILED = 3;
+    /** The node serves as many connections as its limits allow; the client may retry. */
+    static final int HS_BUSY = 4;
 
     /** Request header: op u8, reserved u8[3], request id u32, length u32, rkey u32, address u64. */
     static final int REQUEST_HEADER_BYTES = 24;
@@ -38,6 +40,8 @@ final class Wire {
             case HS_BAD_VERSION -> "protocol version not supported by the peer";
             case HS_AUTH_MISMATCH -> "one side has spark.authenticate on and the other off";
             case HS_AUTH_FAILED -> "authentication failed (different secrets)";
+            case HS_BUSY -> "the peer serves as many connections as its limits allow (spark.shuffle.rdma.maxConnections, "
+                    + "spark.shuffle.rdma.maxHandshakingConnections)";
             default -> "handshake status " + s;
         };
     }

@@ -290,6 +290,8 @@ class TcpResponderFuzzTest {
                     r.bytes.duplicate().position((int) (addr - r.base)).get(p);
                     out.add(new Expected(Wire.OP_READ_REPLY, ReadStatus.SUCCESS, id, p));
                 }
+            } else if (op == Wire.OP_CONTROL && len == 0) {
+                out.add(new Expected(Wire.OP_CONTROL_REPLY, ReadStatus.SUCCESS, id, new byte[0])); // keep-alive
             } else if (op == Wire.OP_CONTROL && len >= 0 && len <= MAX_CONTROL) {
                 if (stream.remaining() < len) {
                     return out; // body never completes: the responder sees the end and closes
