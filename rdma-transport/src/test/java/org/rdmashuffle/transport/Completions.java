@@ -5,7 +5,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 /** Collects READ completions for a test: status per request id, and a latch for the expected count. */
-final class Completions implements ReadListener {
+class Completions implements ReadListener {
     final ConcurrentHashMap<Long, Integer> status = new ConcurrentHashMap<>();
     final ConcurrentHashMap<Long, Integer> lengths = new ConcurrentHashMap<>();
     final ConcurrentHashMap<Long, String> threads = new ConcurrentHashMap<>();

@@ -294,6 +294,119 @@ public abstract class TransportContractTest {
         }
     }
 
+    /**
+     * Several connections READ overlapping ranges of one region at once, large and small, while two of
+     * them drain slowly (their completions pause, so their replies back up at the server): every
+     * payload must be that READ's bytes, whatever the other connections asked meanwhile.
+     */
+    @Test
+    @Timeout(240)
+    void shouldServeEveryPayloadByteExactWhenManyConnectionsReadOverlappingRangesAndSomeDrainSlowly()
+            throws Exception {
+        int clients = 6;
+        int rounds = 40;
+        int perRound = 8;
+        int slot = 1 << 20;
+        ExecutorService threads = Executors.newFixedThreadPool(clients);
+        try {
+            List<Future<?>> done = new ArrayList<>();
+            for (int t = 0; t < clients; t++) {
+                RdmaNode node = open(Map.of());
+                final int seed = 100 + t;
+                final boolean slow = t < 2;
+                done.add(threads.submit(() -> {
+                    ByteBuffer sinkMem = ByteBuffer.allocateDirect(perRound * slot);
+                    MemoryRegion sink = node.register(sinkMem, RegionAccess.READ_SINK);
+                    RdmaChannel ch = node.connect(server.localAddress());
+                    RegionDescriptor d = served.descriptor();
+                    SplittableRandom rnd = new SplittableRandom(seed);
+                    for (int round = 0; round < rounds; round++) {
+                        ReadBatch batch = new ReadBatch(perRound);
+                        int[] offs = new int[perRound];
+                        int[] lens = new int[perRound];
+                        for (int i = 0; i < perRound; i++) {
+                            // Ranges start within the region's first 4 MiB, so connections overlap.
+                            lens[i] = rnd.nextInt(4) == 0 ? 1_000_000 : 1 + rnd.nextInt(64 << 10);
+                            offs[i] = rnd.nextInt(4 << 20);
+                            batch.add(d.address() + offs[i], d.rkey(), lens[i], sink, i * slot, i);
+                        }
+                        Completions c = new Completions(perRound) {
+                            @Override
+                            public void onReadComplete(long requestId, int st, int lengthBytes) {
+                                if (slow) {
+                                    try {
+                                        Thread.sleep(2);
+                                    } catch (InterruptedException e) {
+                                        Thread.currentThread().interrupt();
+                                    }
+                                }
+                                super.onReadComplete(requestId, st, lengthBytes);
+                            }
+                        };
+                        ch.post(batch, c);
+                        assertTrue(c.await(60), "READs did not complete");
+                        assertEquals(perRound, c.count(ReadStatus.SUCCESS));
+                        for (int i = 0; i < perRound; i++) {
+                            assertSameBytes(content(), offs[i], sinkMem, i * slot, lens[i],
+                                    "connection " + seed + " round " + round + " READ " + i + " (" + lens[i] + " bytes)");
+                        }
+                    }
+                    sink.close();
+                    return null;
+                }));
+            }
+            for (Future<?> f : done) {
+                f.get(200, TimeUnit.SECONDS);
+            }
+        } finally {
+            threads.shutdownNow();
+        }
+    }
+
+    /**
+     * One poster queues more READs on one channel than its ring holds, and completions post further
+     * READs from the completion thread: nothing may wait for room that only that thread could free.
+     */
+    @Test
+    @Timeout(120)
+    void shouldCompleteEveryReadWhenTenThousandAreQueuedToOnePeerAndCompletionsPostMore() throws Exception {
+        int first = 12_000;
+        int follow = first / 10;
+        int len = 64;
+        ByteBuffer sinkMem = ByteBuffer.allocateDirect((first + follow) * len);
+        MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK);
+        closeables.add(sink);
+        RdmaChannel ch = client.connect(server.localAddress());
+        RegionDescriptor d = served.descriptor();
+        List<Throwable> postErrors = java.util.Collections.synchronizedList(new ArrayList<>());
+        Completions c = new Completions(first + follow) {
+            @Override
+            public void onReadComplete(long requestId, int st, int lengthBytes) {
+                super.onReadComplete(requestId, st, lengthBytes);
+                if (requestId < first && requestId % 10 == 0) {
+                    int k = first + (int) (requestId / 10);
+                    try {
+                        ch.post(new ReadBatch(1).add(d.address() + (long) k * 977, d.rkey(), len, sink, k * len, k), this);
+                    } catch (TransportException | RuntimeException e) {
+                        postErrors.add(e);
+                    }
+                }
+            }
+        };
+        ReadBatch batch = new ReadBatch(first);
+        for (int i = 0; i < first; i++) {
+            batch.add(d.address() + (long) i * 977, d.rkey(), len, sink, i * len, i);
+        }
+        ch.post(batch, c);
+        assertTrue(c.await(100), "only " + c.status.size() + " of " + (first + follow) + " READs completed");
+        assertEquals(List.of(), postErrors);
+        assertEquals(first + follow, c.count(ReadStatus.SUCCESS));
+        assertEquals(0, c.duplicates);
+        for (int i = 0; i < first + follow; i++) {
+            assertSameBytes(content(), i * 977, sinkMem, i * len, len, "READ " + i);
+        }
+    }
+
     @Test
     @Timeout(60)
     void shouldGiveErrorCompletionAndKeepChannelWorkingWhenReadIsInvalid() throws Exception {
