@@ -610,7 +610,7 @@ final class TcpResponder implements Runnable {
             int status = ReadStatus.SUCCESS;
             try {
                 reply = handler.onMessage(control.asReadOnlyBuffer());
-            } catch (Exception e) {
+            } catch (Throwable e) {
                 limitLog.warn("control handler failed for a message from {}: {}", remote, e.toString());
                 LOG.debug("the handler's failure", e);
                 reply = null;
