@@ -35,6 +35,12 @@ class TcpResponderFuzzTest {
     private static final int FRAMES_PER_CONNECTION = 500;
     private static final int CONNECTIONS = 200;
     private static final int MAX_CONTROL = 1024;
+    private static final int PARALLEL = 4;
+    private static final java.util.concurrent.ExecutorService READERS = java.util.concurrent.Executors.newCachedThreadPool(r -> {
+        Thread t = new Thread(r, "fuzz-reader");
+        t.setDaemon(true);
+        return t;
+    });
 
     private record Region(long base, int length, int rkey, boolean readable, ByteBuffer bytes) {
     }
@@ -72,15 +78,35 @@ class TcpResponderFuzzTest {
             gone.close();
 
             int port = server.localAddress().port();
-            long sent = 0;
-            long answered = 0;
-            int connections = 0;
-            while (answered < 100_000 && connections < 5 * CONNECTIONS) {
-                long[] r = fuzzOneConnection(port, rnd, regions, staleKey);
-                sent += r[0];
-                answered += r[1];
-                connections++;
+            // Four connections at once, one of them reading its replies slowly, so replies with large
+            // payloads stay pending on one connection while the others READ the same regions.
+            java.util.concurrent.atomic.AtomicLong sentTotal = new java.util.concurrent.atomic.AtomicLong();
+            java.util.concurrent.atomic.AtomicLong answeredTotal = new java.util.concurrent.atomic.AtomicLong();
+            java.util.concurrent.atomic.AtomicInteger connectionCount = new java.util.concurrent.atomic.AtomicInteger();
+            List<java.util.concurrent.Future<?>> workers = new ArrayList<>();
+            java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(PARALLEL);
+            try {
+                for (int w = 0; w < PARALLEL; w++) {
+                    SplittableRandom mine = rnd.split();
+                    boolean slow = w == 0;
+                    workers.add(pool.submit(() -> {
+                        while (answeredTotal.get() < 100_000 && connectionCount.incrementAndGet() <= 5 * CONNECTIONS) {
+                            long[] r = fuzzOneConnection(port, mine, regions, staleKey, slow);
+                            sentTotal.addAndGet(r[0]);
+                            answeredTotal.addAndGet(r[1]);
+                        }
+                        return null;
+                    }));
+                }
+                for (java.util.concurrent.Future<?> f : workers) {
+                    f.get(280, TimeUnit.SECONDS);
+                }
+            } finally {
+                pool.shutdownNow();
             }
+            long sent = sentTotal.get();
+            long answered = answeredTotal.get();
+            int connections = connectionCount.get();
             assertTrue(answered >= 100_000, "only " + answered + " of " + sent + " frames reached the responder's parser "
                     + "over " + connections + " connections");
 
@@ -114,8 +140,8 @@ class TcpResponderFuzzTest {
      * Sends one connection's frames, reads everything the responder answers and checks it against the
      * model; returns {frames sent, frames the responder answered}.
      */
-    private long[] fuzzOneConnection(int port, SplittableRandom rnd, List<Region> regions, RegionDescriptor stale)
-            throws Exception {
+    private long[] fuzzOneConnection(int port, SplittableRandom rnd, List<Region> regions, RegionDescriptor stale,
+                                     boolean slowReader) throws Exception {
         ByteArrayOutputStream stream = new ByteArrayOutputStream();
         boolean garbageHandshake = rnd.nextInt(20) == 0;
         if (garbageHandshake) {
@@ -137,9 +163,13 @@ class TcpResponderFuzzTest {
         byte[] sent = stream.toByteArray();
 
         byte[] received;
-        try (Socket s = new Socket("127.0.0.1", port)) {
+        try (Socket s = new Socket()) {
+            if (slowReader) {
+                s.setReceiveBufferSize(4096); // before connecting, so the window stays small
+            }
+            s.connect(new java.net.InetSocketAddress("127.0.0.1", port), 10_000);
             s.setSoTimeout(20_000);
-            CompletableFuture<byte[]> reader = CompletableFuture.supplyAsync(() -> readAll(s));
+            CompletableFuture<byte[]> reader = CompletableFuture.supplyAsync(() -> readAll(s, slowReader), READERS);
             try {
                 s.getOutputStream().write(sent);
                 s.shutdownOutput();
@@ -187,20 +217,26 @@ class TcpResponderFuzzTest {
         return new long[] {frames.size(), expected.size()};
     }
 
-    private static byte[] readAll(Socket s) {
+    private static byte[] readAll(Socket s, boolean slow) {
         try {
             InputStream in = s.getInputStream(); // closed with the socket, not here
             ByteArrayOutputStream out = new ByteArrayOutputStream();
             byte[] buf = new byte[65536];
             try {
-                for (int n; (n = in.read(buf)) > 0; ) {
+                for (int n; (n = in.read(buf, 0, slow ? 8192 : buf.length)) > 0; ) {
                     out.write(buf, 0, n);
+                    if (slow) {
+                        Thread.sleep(1);
+                    }
                 }
             } catch (java.net.SocketException reset) {
                 // A reset after the responder closed on a malformed frame ends the stream like EOF.
             }
             return out.toByteArray();
         } catch (IOException e) {
+            throw new IllegalStateException(e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
             throw new IllegalStateException(e);
         }
     }
@@ -214,7 +250,11 @@ class TcpResponderFuzzTest {
         int rkey = good.rkey;
         byte op = Wire.OP_READ;
         if (kind < 40) {
-            // in bounds
+            if (good == regions.get(0) && rnd.nextInt(8) == 0) {
+                // A large READ: its payload is written from the region and may stay pending.
+                addr = good.base + rnd.nextInt(good.length / 2);
+                len = 8193 + rnd.nextInt(good.length / 2 - 8193);
+            }
         } else if (kind < 50) {
             rkey = rnd.nextInt();
         } else if (kind < 55) {
