@@ -280,6 +280,7 @@ class TcpResponderLimitsTest {
         }
         Thread.sleep(200);
         long directBefore = directMemoryUsed();
+        long heapBefore = heapUsed();
         long fdsBefore = openFileDescriptors();
         int threadsBefore = Thread.activeCount();
 
@@ -320,6 +321,8 @@ class TcpResponderLimitsTest {
                 + openFileDescriptors() + ")");
         await(() -> directMemoryUsed() <= directBefore + (1 << 20), 10, "direct memory back to " + directBefore
                 + " bytes (now " + directMemoryUsed() + ")");
+        await(() -> heapUsed() <= heapBefore + (32 << 20), 10, "heap back to " + heapBefore + " bytes (now "
+                + heapUsed() + ")");
     }
 
     @Test
@@ -391,6 +394,39 @@ class TcpResponderLimitsTest {
         }
     }
 
+    @Test
+    @Timeout(60)
+    void shouldReportTheNodeFailedAndLetReadersFailFastWhenTheResponderLoopCannotGoOn() throws Exception {
+        RdmaShuffleConf conf = conf("connectRetries", "0", "connectTimeout", "30s");
+        ByteBuffer content = randomDirect(7, REGION_BYTES);
+        long fdsBefore = openFileDescriptors();
+        TcpNode server = new TcpNode(conf, NodeOptions.loopback());
+        try (TcpNode client = new TcpNode(conf, NodeOptions.loopback())) {
+            MemoryRegion a = server.register(content, RegionAccess.REMOTE_READ);
+            assertServedByteForByte(server, conf, a, content, 0, 4096);
+            RdmaChannel ch = client.connect(server.localAddress());
+            // Break the responder's loop itself (not one connection): its selector closes under it.
+            java.lang.reflect.Field rf = TcpNode.class.getDeclaredField("responder");
+            rf.setAccessible(true);
+            java.lang.reflect.Field sf = TcpResponder.class.getDeclaredField("selector");
+            sf.setAccessible(true);
+            ((java.nio.channels.Selector) sf.get(rf.get(server))).close();
+            await(() -> server.failure() != null, 10, "the node reports itself failed");
+            await(() -> !ch.isOpen(), 10, "the served connection was closed, so its reader fails at once");
+            // The listening socket is closed: refused at once, not left to the 30 s connect timeout.
+            TransportException refused = org.junit.jupiter.api.Assertions.assertThrows(TransportException.class,
+                    () -> client.connect(server.localAddress()));
+            assertTrue(!refused.getMessage().contains("timed out"), refused.getMessage());
+            TransportException own = org.junit.jupiter.api.Assertions.assertThrows(TransportException.class,
+                    () -> server.connect(client.localAddress()));
+            assertTrue(own.getMessage().contains("has failed"), own.getMessage());
+        } finally {
+            server.close();
+        }
+        await(() -> openFileDescriptors() <= fdsBefore + 2, 10, "file descriptors back to " + fdsBefore + " (now "
+                + openFileDescriptors() + ")");
+    }
+
     private static long directMemoryUsed() {
         System.gc();
         for (BufferPoolMXBean b : ManagementFactory.getPlatformMXBeans(BufferPoolMXBean.class)) {
@@ -399,6 +435,11 @@ class TcpResponderLimitsTest {
             }
         }
         throw new IllegalStateException("no direct buffer pool bean");
+    }
+
+    private static long heapUsed() {
+        System.gc();
+        return ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed();
     }
 
     private static long openFileDescriptors() {
