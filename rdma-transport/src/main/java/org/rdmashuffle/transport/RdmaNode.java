@@ -40,7 +40,8 @@ public interface RdmaNode extends AutoCloseable {
 
     /**
      * Why this node stopped working while open (a serving or completion loop that could not go on), or
-     * null while it works. A failed node refuses new connections and posts; close it.
+     * null while it works. A failed node opens no new channels (a node whose serving side failed has
+     * closed every connection peers had to it); close it.
      */
     default Throwable failure() {
         return null;

@@ -364,6 +364,43 @@ public abstract class TransportContractTest {
     }
 
     /**
+     * One node READs from two peers into one sink region at once, large READs into disjoint slices:
+     * a payload that arrives in pieces on one channel must land in its own slice, whatever the other
+     * channel lands meanwhile in the same region.
+     */
+    @Test
+    @Timeout(120)
+    void shouldLandEveryPayloadInPlaceWhenChannelsToTwoPeersFillOneSinkAtOnce() throws Exception {
+        RdmaNode second = open(Map.of());
+        MemoryRegion servedToo = second.register(content(), RegionAccess.REMOTE_READ);
+        int slice = 1 << 20;
+        int perPeer = 8;
+        MemoryRegion sink = sink(client, 2 * perPeer * slice);
+        ByteBuffer sinkMem = memoryOf(sink);
+        RdmaChannel a = client.connect(server.localAddress());
+        RdmaChannel b = client.connect(second.localAddress());
+        SplittableRandom rnd = new SplittableRandom(13);
+        for (int round = 0; round < 10; round++) {
+            int[] offs = new int[2 * perPeer];
+            ReadBatch ba = new ReadBatch(perPeer);
+            ReadBatch bb = new ReadBatch(perPeer);
+            for (int i = 0; i < 2 * perPeer; i++) {
+                offs[i] = rnd.nextInt(SERVED_BYTES - slice);
+                RegionDescriptor d = (i % 2 == 0 ? served : servedToo).descriptor();
+                (i % 2 == 0 ? ba : bb).add(d.address() + offs[i], d.rkey(), slice, sink, i * slice, i);
+            }
+            Completions c = new Completions(2 * perPeer);
+            a.post(ba, c);
+            b.post(bb, c);
+            assertTrue(c.await(60), "READs did not complete");
+            assertEquals(2 * perPeer, c.count(ReadStatus.SUCCESS));
+            for (int i = 0; i < 2 * perPeer; i++) {
+                assertSameBytes(content(), offs[i], sinkMem, i * slice, slice, "round " + round + " slice " + i);
+            }
+        }
+    }
+
+    /**
      * One poster queues more READs on one channel than its ring holds, and completions post further
      * READs from the completion thread: nothing may wait for room that only that thread could free.
      */

@@ -74,6 +74,11 @@ final class TcpChannel implements RdmaChannel {
     private volatile long tail;
     private volatile boolean open = true;
     private volatile boolean closeRequested;
+    /** When a caller last posted or called (keep-alives do not count). */
+    private volatile long lastUsedNanos = System.nanoTime();
+    private final long idleNanos;
+    /** Left the node's cache after the idle timeout unused; requester thread only. */
+    private boolean retired;
     volatile boolean wantsFlush;
 
     // Requester thread only.
@@ -85,6 +90,13 @@ final class TcpChannel implements RdmaChannel {
     private final ByteBuffer rx = ByteBuffer.allocateDirect(IO_BUFFER_BYTES).flip();
     private int rxState = RX_HEADER;
     private ByteBuffer curDst;
+    /**
+     * Where the pending payload resumes and ends in {@code curDst}. Destination views are shared by
+     * every channel of the node (all driven by its one requester thread), so a channel sets position and
+     * limit again before each read instead of leaving them in the view for another channel to move.
+     */
+    private int curDstPosition;
+    private int curDstLimit;
     private ByteBuffer curControl;
     private boolean failed;
     /** When the last reply completed (or the channel opened); requester thread only. */
@@ -93,7 +105,8 @@ final class TcpChannel implements RdmaChannel {
     private long lastActivityNanos = lastReplyNanos;
 
     TcpChannel(TcpNode node, NodeAddress peer, SocketChannel socket, int window, int queueDepth, long timeoutMs,
-               int maxControlBytes) {
+               int maxControlBytes, long idleTimeoutMs) {
+        this.idleNanos = TimeUnit.MILLISECONDS.toNanos(idleTimeoutMs);
         this.node = node;
         this.peer = peer;
         this.socket = socket;
@@ -163,6 +176,7 @@ final class TcpChannel implements RdmaChannel {
                 throw new TransportException("channel to " + peer + " is closed", ReadStatus.CHANNEL_CLOSED, null);
             }
             long now = System.nanoTime();
+            lastUsedNanos = now;
             for (int k = 0; k < n; k++) {
                 ByteBuffer sink = sinkOf(batch, k);
                 if (!overflow.isEmpty() || tail - head > mask) {
@@ -232,6 +246,7 @@ final class TcpChannel implements RdmaChannel {
         }
         ByteBuffer copy = ByteBuffer.allocate(request.remaining());
         copy.put(request.duplicate()).flip();
+        lastUsedNanos = System.nanoTime();
         if (!enqueueControl(copy, f)) {
             f.completeExceptionally(new TransportException("channel to " + peer + " is closed",
                     ReadStatus.CHANNEL_CLOSED, null));
@@ -267,13 +282,41 @@ final class TcpChannel implements RdmaChannel {
     }
 
     /**
-     * Requester thread: sends a keep-alive when nothing is outstanding and nothing moved for
-     * {@code intervalNanos}.
+     * Requester thread, every few tens of milliseconds: the request timeout; while the channel is in use
+     * (posted to within the idle timeout), a keep-alive whenever nothing moved for a third of it, so
+     * the peer never closes a live channel; once unused for the idle timeout, the channel leaves the
+     * node's cache (holders may still post), and a third of it later, still unused, it closes.
      */
-    void keepAlive(long now, long intervalNanos) {
-        if (open && head == tail && now - lastActivityNanos > intervalNanos) {
-            lastActivityNanos = now;
-            enqueueControl(KEEP_ALIVE, null);
+    void onTick(long now) {
+        checkTimeout(now);
+        if (!open || head != tail) {
+            return;
+        }
+        long unused = now - lastUsedNanos;
+        if (unused < idleNanos) {
+            if (now - lastActivityNanos > idleNanos / 3) {
+                lastActivityNanos = now;
+                enqueueControl(KEEP_ALIVE, null);
+            }
+        } else if (!retired) {
+            retired = true;
+            node.retired(this);
+        } else if (unused > idleNanos + idleNanos / 3 && closeIfStillUnused(now)) {
+            fail(ReadStatus.CHANNEL_CLOSED, "unused for spark.shuffle.rdma.idleTimeout");
+        }
+    }
+
+    /** Marks the channel closed if nothing was posted meanwhile (atomically with posts). */
+    private boolean closeIfStillUnused(long now) {
+        lock.lock();
+        try {
+            if (head == tail && overflow.isEmpty() && now - lastUsedNanos > idleNanos) {
+                open = false;
+                return true;
+            }
+            return false;
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -365,8 +408,17 @@ final class TcpChannel implements RdmaChannel {
                 }
                 completed |= onHeader();
             } else {
-                ByteBuffer target = rxState == RX_PAYLOAD ? curDst : curControl;
+                ByteBuffer target;
+                if (rxState == RX_PAYLOAD) {
+                    target = curDst;
+                    target.clear().limit(curDstLimit).position(curDstPosition);
+                } else {
+                    target = curControl;
+                }
                 int r = socket.read(target);
+                if (rxState == RX_PAYLOAD) {
+                    curDstPosition = target.position();
+                }
                 if (r < 0) {
                     throw new EOFException("peer closed the connection mid-reply");
                 }
@@ -402,6 +454,9 @@ final class TcpChannel implements RdmaChannel {
         int r = socket.read(rx);
         rx.flip();
         if (r < 0) {
+            if (head == tail && !rx.hasRemaining()) {
+                throw new IdleClosed();
+            }
             throw new EOFException("peer closed the connection");
         }
         return r > 0;
@@ -447,6 +502,8 @@ final class TcpChannel implements RdmaChannel {
             drainRxInto(d);
             if (d.hasRemaining()) {
                 curDst = d;
+                curDstPosition = d.position();
+                curDstLimit = off + len;
                 rxState = RX_PAYLOAD;
                 return false;
             }
@@ -541,7 +598,7 @@ final class TcpChannel implements RdmaChannel {
      * Fails the channel if its oldest request got no reply within the request timeout, counted from
      * its post or from the last reply, whichever is later (a long queue that moves is not a timeout).
      */
-    void checkTimeout(long now) {
+    private void checkTimeout(long now) {
         long h = head;
         if (h < tail && now - Math.max(postNanos[(int) h & mask], lastReplyNanos) > timeoutNanos) {
             fail(ReadStatus.TIMEOUT, "no reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
@@ -553,7 +610,6 @@ final class TcpChannel implements RdmaChannel {
      * Closes the connection and completes every outstanding request with {@code status}. Runs on the
      * requester thread, or on the closing thread once the requester has stopped.
      */
-    @SuppressWarnings("unchecked")
     void fail(int status, String reason) {
         synchronized (this) {
             // Normally the requester thread; a node closing concurrently may race it, and only one may win.
@@ -566,69 +622,83 @@ final class TcpChannel implements RdmaChannel {
         if (status != ReadStatus.CHANNEL_CLOSED) {
             LOG.warn("channel to {} failed: {}", peer, reason);
         }
-        if (key != null) {
-            key.cancel();
-        }
         try {
+            if (key != null) {
+                key.cancel();
+            }
             socket.close();
-        } catch (IOException e) {
-            LOG.debug("closing socket to {}", peer, e);
+        } catch (Throwable t) {
+            LOG.debug("closing socket to {}", peer, t);
         }
-        int count;
-        Queued[] queued;
-        ReadListener[] ls;
-        long[] ids;
-        Object[] fs;
-        lock.lock();
         try {
-            long h = head;
-            long t = tail;
-            count = (int) (t - h);
-            ls = new ReadListener[count];
-            ids = new long[count];
-            fs = new Object[count];
-            for (int k = 0; k < count; k++) {
-                int i = (int) (h + k) & mask;
-                ls[k] = listener[i];
-                ids[k] = requestId[i];
-                fs[k] = controlFuture[i];
-                listener[i] = null;
-                dst[i] = null;
-                controlFuture[i] = null;
-                controlPayload[i] = null;
-            }
-            head = t;
-            sent = t;
-            queued = overflow.toArray(new Queued[0]);
-            overflow.clear();
+            drain(status, reason);
         } finally {
-            lock.unlock();
+            node.channelClosed(this);
         }
-        for (int k = 0; k < count; k++) {
-            if (ls[k] != null) {
+    }
+
+    /**
+     * Completes every outstanding and queued request with {@code status}, one at a time (nothing
+     * allocated up front, so running out of memory part-way cannot leave a request uncompleted for good).
+     */
+    private void drain(int status, String reason) {
+        for (;;) {
+            ReadListener l;
+            long id;
+            CompletableFuture<ByteBuffer> f;
+            lock.lock();
+            try {
+                if (head < tail) {
+                    int i = (int) head & mask;
+                    l = listener[i];
+                    id = requestId[i];
+                    @SuppressWarnings("unchecked")
+                    CompletableFuture<ByteBuffer> cf = (CompletableFuture<ByteBuffer>) controlFuture[i];
+                    f = cf;
+                    listener[i] = null;
+                    dst[i] = null;
+                    controlFuture[i] = null;
+                    controlPayload[i] = null;
+                    head = head + 1;
+                    sent = Math.max(sent, head);
+                } else {
+                    Queued q = overflow.poll();
+                    if (q == null) {
+                        return;
+                    }
+                    l = q.listener();
+                    id = q.requestId();
+                    f = q.controlFuture();
+                }
+            } finally {
+                lock.unlock();
+            }
+            if (l != null) {
                 node.countRead(status, 0);
-                notify(ls[k], ids[k], status, 0);
-            } else if (fs[k] != null) {
-                ((CompletableFuture<ByteBuffer>) fs[k]).completeExceptionally(new TransportException(
-                        "control message to " + peer + " failed: " + ReadStatus.describe(status) + " (" + reason + ")",
-                        status, null));
+                notify(l, id, status, 0);
+            } else if (f != null) {
+                try {
+                    f.completeExceptionally(new TransportException("control message to " + peer + " failed: "
+                            + ReadStatus.describe(status) + " (" + reason + ")", status, null));
+                } catch (Throwable t) {
+                    LOG.error("failing a control message to {}", peer, t);
+                }
             }
         }
-        for (Queued q : queued) {
-            if (q.listener() != null) {
-                node.countRead(status, 0);
-                notify(q.listener(), q.requestId(), status, 0);
-            } else if (q.controlFuture() != null) {
-                q.controlFuture().completeExceptionally(new TransportException("control message to " + peer
-                        + " failed: " + ReadStatus.describe(status) + " (" + reason + ")", status, null));
-            }
-        }
-        node.channelClosed(this);
     }
 
     @Override
     public String toString() {
         return "TcpChannel[" + peer + (open ? "" : ", closed") + "]";
+    }
+
+    /** The peer closed the connection while nothing was outstanding on it: not an error. */
+    static final class IdleClosed extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        IdleClosed() {
+            super("peer closed an idle connection");
+        }
     }
 
     /** The peer's reply broke the protocol. */

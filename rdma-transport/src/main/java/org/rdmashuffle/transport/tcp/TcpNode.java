@@ -68,7 +68,7 @@ public final class TcpNode implements RdmaNode {
         try {
             this.responder = new TcpResponder(this, server, table, options.controlHandler(), options.secret(),
                     TcpResponder.Limits.from(conf));
-            this.requester = new TcpRequester(this, TimeUnit.MILLISECONDS.toNanos(conf.idleTimeoutMs()) / 3);
+            this.requester = new TcpRequester(this);
         } catch (IOException | RuntimeException e) {
             server.close();
             throw e;
@@ -207,7 +207,7 @@ public final class TcpNode implements RdmaNode {
             throw e;
         }
         TcpChannel c = new TcpChannel(this, peer, sc, conf.maxReadsInFlightPerPeer(), conf.sendQueueDepth(),
-                conf.requestTimeoutMs(), conf.maxControlMessageSizeBytes());
+                conf.requestTimeoutMs(), conf.maxControlMessageSizeBytes(), conf.idleTimeoutMs());
         try {
             requester.add(c);
         } catch (IOException | RuntimeException e) {
@@ -303,6 +303,11 @@ public final class TcpNode implements RdmaNode {
         } else {
             readsFailed++;
         }
+    }
+
+    /** {@code c} went unused for the idle timeout: later connects open a new channel (holders may still post to it). */
+    void retired(TcpChannel c) {
+        channels.remove(c);
     }
 
     void channelClosed(TcpChannel c) {

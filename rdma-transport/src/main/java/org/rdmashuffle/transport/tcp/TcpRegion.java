@@ -22,7 +22,7 @@ final class TcpRegion implements MemoryRegion {
     final RegionAccess access;
     final ByteBuffer sinkView;
     /** Spare serving views, reused so that serving allocates nothing; responder thread only. */
-    private ByteBuffer[] spareViews = new ByteBuffer[2];
+    private ByteBuffer[] spareViews;
     private int spareViewCount;
     private final ByteBuffer memory;
     private final boolean ownsMapping;
@@ -53,6 +53,9 @@ final class TcpRegion implements MemoryRegion {
             v = spareViews[--spareViewCount];
             spareViews[spareViewCount] = null;
         } else {
+            if (spareViews == null) {
+                spareViews = new ByteBuffer[MAX_SPARE_VIEWS]; // once, so that handing views back never allocates
+            }
             v = memory.duplicate();
         }
         v.clear().position(offset).limit(offset + length);
@@ -61,13 +64,9 @@ final class TcpRegion implements MemoryRegion {
 
     /** Takes back a view from {@link #borrowServeView}; responder thread only. */
     void returnServeView(ByteBuffer v) {
-        if (spareViewCount == spareViews.length) {
-            if (spareViews.length >= MAX_SPARE_VIEWS) {
-                return;
-            }
-            spareViews = java.util.Arrays.copyOf(spareViews, spareViews.length * 2);
+        if (spareViewCount < MAX_SPARE_VIEWS) {
+            spareViews[spareViewCount++] = v;
         }
-        spareViews[spareViewCount++] = v;
     }
 
     /** Copies {@code length} bytes from {@code offset} to {@code dst}'s position (absolute read: no shared state). */

@@ -23,12 +23,10 @@ final class TcpRequester implements Runnable {
     private final List<TcpChannel> channels = new CopyOnWriteArrayList<>();
     private final java.util.function.Consumer<SelectionKey> onKey = this::service;
     private final TcpNode node;
-    private final long keepAliveNanos;
     private volatile boolean running = true;
 
-    TcpRequester(TcpNode node, long keepAliveNanos) throws IOException {
+    TcpRequester(TcpNode node) throws IOException {
         this.node = node;
-        this.keepAliveNanos = keepAliveNanos;
         this.selector = Selector.open();
     }
 
@@ -46,6 +44,8 @@ final class TcpRequester implements Runnable {
             }
         } catch (TcpChannel.ProtocolException e) {
             c.fail(ReadStatus.PROTOCOL_ERROR, e.getMessage());
+        } catch (TcpChannel.IdleClosed e) {
+            c.fail(ReadStatus.CHANNEL_CLOSED, e.getMessage());
         } catch (Throwable t) {
             c.fail(ReadStatus.CONNECTION_LOST, t.toString());
         }
@@ -99,9 +99,7 @@ final class TcpRequester implements Runnable {
                 if (now - lastCheck > TIMEOUT_CHECK_NANOS) {
                     lastCheck = now;
                     for (int i = 0; i < channels.size(); i++) {
-                        TcpChannel c = channels.get(i);
-                        c.checkTimeout(now);
-                        c.keepAlive(now, keepAliveNanos);
+                        channels.get(i).onTick(now);
                     }
                 }
             }

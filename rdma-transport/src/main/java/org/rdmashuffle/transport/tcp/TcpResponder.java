@@ -45,6 +45,12 @@ final class TcpResponder implements Runnable {
     /** A control body's buffer starts this small and doubles as bytes arrive, up to the claimed length. */
     private static final int CONTROL_INITIAL_BYTES = 1024;
     private static final long EXPIRY_CHECK_NANOS = 100_000_000L;
+    /**
+     * A handshaking connection younger than this is never evicted to make room (its HELLO may simply not
+     * be read yet); a new connection that finds only such ones is refused busy and retries.
+     */
+    private static final long HANDSHAKE_GRACE_NANOS = 250_000_000L;
+    private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
 
     /** What one peer can make this node hold. */
     record Limits(int maxConnections, int maxHandshaking, int maxControlBytes, long handshakeTimeoutMs,
@@ -68,7 +74,11 @@ final class TcpResponder implements Runnable {
     private final long frameTimeoutNanos;
     private final List<Connection> connections = new ArrayList<>();
     private final java.util.function.Consumer<SelectionKey> onKey = this::service;
+    /** One window per kind of line, so a flood of one kind hides no other. */
+    private final RateLimitedLog refusalLog = new RateLimitedLog(LOG, 10_000);
     private final RateLimitedLog limitLog = new RateLimitedLog(LOG, 10_000);
+    private final RateLimitedLog handshakeLog = new RateLimitedLog(LOG, 10_000);
+    private final RateLimitedLog errorLog = new RateLimitedLog(LOG, 10_000);
     private int handshaking;
     private long lastExpiryCheck = System.nanoTime();
     private volatile boolean running = true;
@@ -155,7 +165,7 @@ final class TcpResponder implements Runnable {
             try {
                 accept();
             } catch (Throwable t) {
-                limitLog.warn("accepting a connection failed: {}", t.toString());
+                errorLog.warn("accepting a connection failed: {}", t.toString());
             }
             return;
         }
@@ -168,7 +178,7 @@ final class TcpResponder implements Runnable {
         } catch (Throwable t) {
             // One connection's failure (a bug, or an Error such as running out of memory) ends that
             // connection only; the loop goes on for every other peer.
-            limitLog.warn("closing connection from {} after an unexpected error: {}", c.remote, t.toString());
+            errorLog.warn("closing connection from {} after an unexpected error: {}", c.remote, t.toString());
             LOG.debug("the error", t);
             c.close();
         }
@@ -177,6 +187,12 @@ final class TcpResponder implements Runnable {
     private void accept() throws IOException {
         SocketChannel ch;
         while ((ch = server.accept()) != null) {
+            if (handshaking >= limits.maxHandshaking()) {
+                // Make room by dropping the oldest connection still in its handshake (if older than a
+                // grace period): one that has not finished a single round trip by then is far likelier a
+                // silent peer than a slow one, so silent sockets cannot lock out peers that handshake at once.
+                evictOldestHandshaking();
+            }
             if (connections.size() >= limits.maxConnections() || handshaking >= limits.maxHandshaking()) {
                 refuseBusy(ch);
                 continue;
@@ -215,9 +231,28 @@ final class TcpResponder implements Runnable {
                 LOG.debug("closing refused {}", remote, e);
             }
         }
-        limitLog.warn("refused a connection from {}: {} connections served ({} handshaking); limits "
+        refusalLog.warn("refused a connection from {}: {} connections served ({} handshaking); limits "
                         + "spark.shuffle.rdma.maxConnections={}, spark.shuffle.rdma.maxHandshakingConnections={}",
                 remote, connections.size(), handshaking, limits.maxConnections(), limits.maxHandshaking());
+    }
+
+    private void evictOldestHandshaking() {
+        Connection oldest = null;
+        long now = System.nanoTime();
+        for (int i = 0; i < connections.size(); i++) {
+            Connection c = connections.get(i);
+            if ((c.state == State.AWAIT_HELLO || c.state == State.AWAIT_AUTH)
+                    && now - c.acceptedNanos > HANDSHAKE_GRACE_NANOS
+                    && (oldest == null || c.acceptedNanos - oldest.acceptedNanos < 0)) {
+                oldest = c;
+            }
+        }
+        if (oldest != null) {
+            connectionsClosedByLimit++;
+            limitLog.warn("closing connection from {}: still in its handshake when a new connection came past "
+                    + "spark.shuffle.rdma.maxHandshakingConnections={}", oldest.remote, limits.maxHandshaking());
+            oldest.abort();
+        }
     }
 
     private void expire(long now) {
@@ -227,7 +262,7 @@ final class TcpResponder implements Runnable {
             if (why != null) {
                 connectionsClosedByLimit++;
                 limitLog.warn("closing connection from {}: {}", c.remote, why);
-                c.close();
+                c.abort();
             }
         }
     }
@@ -265,6 +300,8 @@ final class TcpResponder implements Runnable {
         boolean closeAfterFlush;
         long drainSinceNanos;
         long lastProgressNanos = acceptedNanos;
+        /** When the pending payload was queued. */
+        long payloadSinceNanos;
         /** When the first bytes of a frame still incomplete arrived; 0 when no frame is partly received. */
         long partialSinceNanos;
         /** The last parse stopped for want of input (not for want of room to reply). */
@@ -294,6 +331,10 @@ final class TcpResponder implements Runnable {
                 default:
                     if (partialSinceNanos != 0 && now - partialSinceNanos > frameTimeoutNanos) {
                         return "a frame's remaining bytes did not arrive within spark.shuffle.rdma.frameTimeout";
+                    }
+                    if (payload != null && now - payloadSinceNanos > idleTimeoutNanos) {
+                        return "one reply was not read within spark.shuffle.rdma.idleTimeout (a reader that "
+                                + "trickles)";
                     }
                     if (now - lastProgressNanos > idleTimeoutNanos) {
                         return "no byte moved for spark.shuffle.rdma.idleTimeout ("
@@ -474,7 +515,7 @@ final class TcpResponder implements Runnable {
             }
             out.putInt(Wire.MAGIC).putShort(Wire.VERSION).putShort((short) status).put(serverNonce);
             if (status != Wire.HS_OK) {
-                limitLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(status));
+                handshakeLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(status));
                 closeAfterFlush = true;
             } else {
                 state = State.AWAIT_AUTH;
@@ -498,7 +539,7 @@ final class TcpResponder implements Runnable {
                 clientNonce = null;
                 serverNonce = null;
             } else {
-                limitLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(Wire.HS_AUTH_FAILED));
+                handshakeLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(Wire.HS_AUTH_FAILED));
                 closeAfterFlush = true;
             }
             return true;
@@ -576,11 +617,20 @@ final class TcpResponder implements Runnable {
             readsServed++;
             bytesServed += length;
             if (length <= INLINE_PAYLOAD_BYTES) {
-                r.copyTo(out, (int) offset, length);
-                r.unuse();
+                try {
+                    r.copyTo(out, (int) offset, length);
+                } finally {
+                    r.unuse();
+                }
             } else {
-                payload = r.borrowServeView((int) offset, length);
+                try {
+                    payload = r.borrowServeView((int) offset, length);
+                } catch (Throwable t) {
+                    r.unuse();
+                    throw t;
+                }
                 payloadRegion = r;
+                payloadSinceNanos = System.nanoTime();
             }
         }
 
@@ -611,7 +661,7 @@ final class TcpResponder implements Runnable {
             try {
                 reply = handler.onMessage(control.asReadOnlyBuffer());
             } catch (Throwable e) {
-                limitLog.warn("control handler failed for a message from {}: {}", remote, e.toString());
+                errorLog.warn("control handler failed for a message from {}: {}", remote, e.toString());
                 LOG.debug("the handler's failure", e);
                 reply = null;
                 status = ReadStatus.HANDLER_FAILED;
@@ -630,11 +680,25 @@ final class TcpResponder implements Runnable {
                 } else {
                     payload = reply.duplicate();
                     payloadRegion = null;
+                    payloadSinceNanos = System.nanoTime();
                 }
             }
             control = null;
             state = State.SERVING;
             return true;
+        }
+
+        /**
+         * Closes with a reset, for a connection closed at a limit: what the kernel still holds for the
+         * peer (a reply it is not reading) is dropped at once instead of trickling out.
+         */
+        void abort() {
+            try {
+                ch.socket().setSoLinger(true, 0);
+            } catch (Throwable t) {
+                LOG.debug("setting linger on {}", remote, t);
+            }
+            close();
         }
 
         void close() {
@@ -646,26 +710,35 @@ final class TcpResponder implements Runnable {
                 handshaking--;
             }
             state = State.CLOSED;
-            if (payload != null) {
-                releasePayload();
-            }
             control = null;
             connections.remove(this);
             connectionCount = connections.size();
-            if (key != null) {
-                key.cancel();
-            }
             try {
-                ch.close();
-            } catch (IOException e) {
-                LOG.debug("closing {}", remote, e);
-            }
-            // Direct memory goes back now, not when the garbage collector gets to it.
-            if (in.isDirect()) {
-                Mappings.unmap(in);
-            }
-            if (out.isDirect()) {
-                Mappings.unmap(out);
+                if (payload != null) {
+                    releasePayload();
+                }
+            } finally {
+                try {
+                    if (key != null) {
+                        key.cancel();
+                    }
+                    ch.close();
+                } catch (Throwable t) {
+                    LOG.debug("closing {}", remote, t);
+                } finally {
+                    // Direct memory goes back now, not when the garbage collector gets to it. Nothing
+                    // uses these buffers any more: this connection is off the list and its key cancelled.
+                    ByteBuffer i = in;
+                    ByteBuffer o = out;
+                    in = EMPTY;
+                    out = EMPTY;
+                    if (i.isDirect()) {
+                        Mappings.unmap(i);
+                    }
+                    if (o.isDirect()) {
+                        Mappings.unmap(o);
+                    }
+                }
             }
         }
     }

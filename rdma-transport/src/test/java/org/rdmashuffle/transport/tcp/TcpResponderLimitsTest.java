@@ -267,7 +267,7 @@ class TcpResponderLimitsTest {
     void shouldRefuseConnectionsPastTheCapsCloseIdleOnesAndGiveEverythingBackAfterThousandsOfIdleAndHalfOpenOnes()
             throws Exception {
         RdmaShuffleConf conf = conf("maxConnections", "200", "maxHandshakingConnections", "50",
-                "connectTimeout", "1s", "idleTimeout", "1s", "frameTimeout", "500ms");
+                "connectTimeout", "1s", "idleTimeout", "3s", "frameTimeout", "500ms");
         RdmaShuffleConf clientConf = conf("connectRetries", "20", "connectRetryWait", "250ms");
         ByteBuffer content = randomDirect(4, REGION_BYTES);
         // Warm up what the JVM keeps once used (NIO's temporary buffers, the nonce source), then measure.
@@ -302,7 +302,7 @@ class TcpResponderLimitsTest {
                     maxSeen = Math.max(maxSeen, server.servedConnections());
                 }
                 assertTrue(maxSeen <= 200, "served " + maxSeen + " connections, cap 200");
-                assertTrue(server.connectionsRefused() > 0, "nothing refused past the caps");
+                assertTrue(server.connectionsRefused() > 0, "nothing refused past the cap of 200 connections");
                 // A good client still gets in (retrying past "busy") and is served byte for byte.
                 assertServedByteForByte(server, clientConf, a, content, 777, 3 << 20);
                 await(() -> server.servedConnections() == 0, 20, "idle and half-open connections closed ("
@@ -323,6 +323,65 @@ class TcpResponderLimitsTest {
                 + " bytes (now " + directMemoryUsed() + ")");
         await(() -> heapUsed() <= heapBefore + (32 << 20), 10, "heap back to " + heapBefore + " bytes (now "
                 + heapUsed() + ")");
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldLetAPeerThatHandshakesAtOnceInWhenSilentSocketsFillTheHandshakeCap() throws Exception {
+        RdmaShuffleConf conf = conf("maxHandshakingConnections", "20");
+        ByteBuffer content = randomDirect(9, REGION_BYTES);
+        List<Socket> silent = new ArrayList<>();
+        try (TcpNode server = new TcpNode(conf, NodeOptions.loopback())) {
+            MemoryRegion a = server.register(content, RegionAccess.REMOTE_READ);
+            try {
+                for (int i = 0; i < 100; i++) {
+                    silent.add(rawConnect(server, 0)); // connect, never say HELLO
+                }
+                await(() -> server.servedConnections() == 20, 10, "20 silent sockets held ("
+                        + server.servedConnections() + ")");
+                Thread.sleep(300); // the silent ones are past the grace a fresh handshake gets
+                // A client with default retries: the oldest silent socket makes room for it.
+                assertServedByteForByte(server, conf(), a, content, 4321, 100_000);
+                assertTrue(server.connectionsClosedByLimit() >= 1, "no silent socket was evicted");
+            } finally {
+                for (Socket s : silent) {
+                    s.close();
+                }
+            }
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCloseAReaderThatTricklesOneReplyLongerThanTheIdleTimeout() throws Exception {
+        ByteBuffer content = randomDirect(10, REGION_BYTES);
+        try (TcpNode server = new TcpNode(conf("idleTimeout", "1s"), NodeOptions.loopback())) {
+            MemoryRegion a = server.register(content, RegionAccess.REMOTE_READ);
+            try (Socket s = rawConnect(server, 4096)) {
+                DataInputStream in = handshake(s);
+                s.getOutputStream().write(readFrame(1, a.descriptor(), 0, 2_000_000));
+                AtomicBoolean stop = new AtomicBoolean();
+                Thread trickler = new Thread(() -> {
+                    try {
+                        while (!stop.get() && in.read() >= 0) { // one byte at a time
+                            Thread.sleep(100);
+                        }
+                    } catch (IOException | InterruptedException e) {
+                        // closed under it: that is the point
+                    }
+                });
+                trickler.start();
+                try {
+                    await(() -> server.servedConnections() == 0, 15, "the trickling reader's connection closed");
+                } finally {
+                    stop.set(true);
+                    s.close();
+                    trickler.join(5000);
+                }
+            }
+            assertEquals(1, server.connectionsClosedByLimit());
+            assertServedByteForByte(server, conf(), a, content, 0, 2_000_000);
+        }
     }
 
     @Test
@@ -369,28 +428,53 @@ class TcpResponderLimitsTest {
 
     @Test
     @Timeout(60)
-    void shouldKeepALiveChannelOpenPastThePeersIdleTimeoutButCloseASilentOne() throws Exception {
-        RdmaShuffleConf conf = conf("idleTimeout", "1s");
+    void shouldKeepAChannelInUseOpenWithKeepAlivesPastThePeersIdleTimeout() throws Exception {
+        // The serving node closes connections silent for 1 s; the client counts a channel in use for 2.4 s
+        // after its last post and sends a keep-alive whenever nothing moved for 0.8 s.
         ByteBuffer content = randomDirect(6, REGION_BYTES);
+        try (TcpNode server = new TcpNode(conf("idleTimeout", "1s"), NodeOptions.loopback());
+             TcpNode client = new TcpNode(conf("idleTimeout", "2400ms"), NodeOptions.loopback())) {
+            MemoryRegion a = server.register(content, RegionAccess.REMOTE_READ);
+            RdmaChannel ch = client.connect(server.localAddress());
+            ByteBuffer sinkMem = ByteBuffer.allocateDirect(1000);
+            MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK);
+            RegionDescriptor d = a.descriptor();
+            CompletableFuture<Integer> first = new CompletableFuture<>();
+            ch.post(new ReadBatch(1).add(d.address(), d.rkey(), 1000, sink, 0, 1), (id, st, len) -> first.complete(st));
+            assertEquals(ReadStatus.SUCCESS, first.get(10, TimeUnit.SECONDS));
+            Thread.sleep(1800); // longer than the server's idle timeout, with nothing posted
+            assertTrue(ch.isOpen(), "the channel was closed while in use");
+            assertEquals(0, server.connectionsClosedByLimit(), "the server closed a channel kept alive");
+            CompletableFuture<Integer> f = new CompletableFuture<>();
+            ch.post(new ReadBatch(1).add(d.address() + 5, d.rkey(), 1000, sink, 0, 2), (id, st, len) -> f.complete(st));
+            assertEquals(ReadStatus.SUCCESS, f.get(10, TimeUnit.SECONDS));
+            assertEquals(-1, sinkMem.clear().mismatch(content.duplicate().position(5).limit(1005)));
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCloseAnUnusedChannelFromItsOwnSideAndASilentPeerFromTheServingSide() throws Exception {
+        RdmaShuffleConf conf = conf("idleTimeout", "1s");
+        ByteBuffer content = randomDirect(8, REGION_BYTES);
         try (TcpNode server = new TcpNode(conf, NodeOptions.loopback());
              TcpNode client = new TcpNode(conf, NodeOptions.loopback())) {
             MemoryRegion a = server.register(content, RegionAccess.REMOTE_READ);
+            assertServedByteForByte(server, conf, a, content, 0, 1000);
             RdmaChannel ch = client.connect(server.localAddress());
             try (Socket silent = rawConnect(server, 0)) {
                 handshake(silent);
                 silent.setSoTimeout(10_000);
                 assertTrue(closedByPeer(silent), "a handshaken connection with no traffic was not closed");
             }
-            Thread.sleep(2500); // longer than the idle timeout: only keep-alives hold the channel open
-            assertTrue(ch.isOpen(), "the channel was closed while idle");
-            assertEquals(1, server.servedConnections());
-            ByteBuffer sinkMem = ByteBuffer.allocateDirect(1000);
-            MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK);
-            CompletableFuture<Integer> f = new CompletableFuture<>();
-            RegionDescriptor d = a.descriptor();
-            ch.post(new ReadBatch(1).add(d.address() + 5, d.rkey(), 1000, sink, 0, 1), (id, st, len) -> f.complete(st));
-            assertEquals(ReadStatus.SUCCESS, f.get(10, TimeUnit.SECONDS));
-            assertEquals(-1, sinkMem.clear().mismatch(content.duplicate().position(5).limit(1005)));
+            assertEquals(1, server.connectionsClosedByLimit());
+            await(() -> !ch.isOpen(), 10, "the unused channel closes");
+            await(() -> server.servedConnections() == 0, 10, "the serving side sees it go");
+            assertEquals(1, server.connectionsClosedByLimit(), "the server, not the client, closed the unused channel");
+            RdmaChannel fresh = client.connect(server.localAddress());
+            assertTrue(fresh != ch && fresh.isOpen());
+            assertServedByteForByte(server, conf, a, content, 99, 5000);
+            assertEquals(null, client.failure());
         }
     }
 
