@@ -27,8 +27,6 @@ rdma link show
 for d in siw0 rxe0; do
   ibv_devinfo -v -d $d | grep -E 'max_qp_rd_atom|max_qp_init_rd_atom|max_qp_wr|max_mr_size|max_cqe:' | sed "s/^/  $d /"
 done
-setup_kprobes
-say "kernel view of queue pair parameters (kprobes): $kprobes"
 
 # The kernel's view of the queue pairs' connection parameters: kprobes on the functions that apply them
 # (siw: the ORD/IRD it is connected or accepted with and the ORQ/IRQ sizes after MPA negotiation; rxe: the
@@ -98,6 +96,8 @@ qp_params() {
   fi
   if [ -z "$bad" ]; then result "qp-params $label PASS"; else fail "qp-params $label: $bad"; fi
 }
+setup_kprobes
+say "kernel view of queue pair parameters (kprobes): $kprobes"
 
 JOPTS=(--add-exports java.base/sun.nio.ch=ALL-UNNAMED --add-opens java.base/sun.nio.ch=ALL-UNNAMED
        "-Djava.library.path=$LIBDISNI" -XX:+UseSerialGC -Xmx1g)
