@@ -156,11 +156,6 @@ final class VerbsChannel implements RdmaChannel {
         return peer;
     }
 
-    /** READs this channel keeps outstanding at most. */
-    int readWindow() {
-        return credits;
-    }
-
     /** What the queue pairs of this channel are connected with, as logged when it opened (for diagnosis). */
     String connectionParameters() {
         return connection;

@@ -60,6 +60,7 @@ public final class VerbsReadThroughput {
             ByteBuffer sinkMemory = ByteBuffer.allocateDirect(size * slots);
             MemoryRegion sink = client.register(sinkMemory, RegionAccess.READ_SINK);
             RdmaChannel ch = client.connect(server.localAddress());
+            System.out.println("CONNECTION " + ((VerbsChannel) ch).connectionParameters());
             RegionDescriptor d = region.descriptor();
             int positions = servedBytes / size;
 
