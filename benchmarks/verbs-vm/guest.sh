@@ -24,7 +24,80 @@ ip link add veth0 type veth peer name veth1 && ip addr add $RXE_IP/24 dev veth0
 ip link set veth0 up && ip link set veth1 up
 rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0"
 rdma link show
-ibv_devinfo -v -d siw0 | grep -E 'max_qp_rd_atom|max_qp_wr|max_mr_size|max_cqe:' | sed 's/^/  siw0 /'
+for d in siw0 rxe0; do
+  ibv_devinfo -v -d $d | grep -E 'max_qp_rd_atom|max_qp_init_rd_atom|max_qp_wr|max_mr_size|max_cqe:' | sed "s/^/  $d /"
+done
+
+# The kernel's view of the queue pairs' connection parameters: kprobes on the functions that apply them
+# (siw: the ORD/IRD it is connected or accepted with and the ORQ/IRQ sizes after MPA negotiation; rxe: the
+# IB CM REQ/REP parameters and the QP attributes at RTR and RTS). Offsets from run.sh (qp-offsets.c).
+TR=/sys/kernel/tracing
+kprobes=""
+setup_kprobes() {
+  source "$rs_out/qp-offsets.env" || { kprobes="no offsets from run.sh"; return; }
+  mountpoint -q $TR || mount -t tracefs nodev $TR || { kprobes="cannot mount tracefs"; return; }
+  local iw="qpn=+$IWPARAM_QPN(%si):u32 ord=+$IWPARAM_ORD(%si):u32 ird=+$IWPARAM_IRD(%si):u32"
+  local qpn="qpn=+$IBQP_QP_NUM(%di):u32 mask=%dx:u32"
+  {
+    echo "p:rdmaqp/siw_connect siw:siw_connect $iw"
+    echo "p:rdmaqp/siw_accept siw:siw_accept $iw"
+    echo "p:rdmaqp/siw_qp_ord_ird siw:siw_qp_modify qpn=+$SIWQP_QP_NUM(%di):u32 mask=%dx:u32" \
+         "orq_size=+$SIWATTR_ORQ_SIZE(%si):u32 irq_size=+$SIWATTR_IRQ_SIZE(%si):u32"
+    echo "p:rdmaqp/ib_cm_req ib_cm:ib_send_cm_req qpn=+$CMREQ_QP_NUM(%si):u32" \
+         "responder_resources=+$CMREQ_RESPONDER_RESOURCES(%si):u8 initiator_depth=+$CMREQ_INITIATOR_DEPTH(%si):u8" \
+         "retry_count=+$CMREQ_RETRY_COUNT(%si):u8 rnr_retry_count=+$CMREQ_RNR_RETRY_COUNT(%si):u8"
+    echo "p:rdmaqp/ib_cm_rep ib_cm:ib_send_cm_rep qpn=+$CMREP_QP_NUM(%si):u32" \
+         "responder_resources=+$CMREP_RESPONDER_RESOURCES(%si):u8 initiator_depth=+$CMREP_INITIATOR_DEPTH(%si):u8" \
+         "rnr_retry_count=+$CMREP_RNR_RETRY_COUNT(%si):u8"
+    echo "p:rdmaqp/rxe_rtr rdma_rxe:rxe_modify_qp $qpn max_dest_rd_atomic=+$QPATTR_MAX_DEST_RD_ATOMIC(%si):u8"
+    echo "p:rdmaqp/rxe_rts rdma_rxe:rxe_modify_qp $qpn max_rd_atomic=+$QPATTR_MAX_RD_ATOMIC(%si):u8" \
+         "retry_cnt=+$QPATTR_RETRY_CNT(%si):u8 rnr_retry=+$QPATTR_RNR_RETRY(%si):u8 timeout=+$QPATTR_TIMEOUT(%si):u8"
+  } >> $TR/kprobe_events || { kprobes="kprobe_events refused the probes"; return; }
+  echo "mask & $SIW_QP_ATTR_ORD" > $TR/events/rdmaqp/siw_qp_ord_ird/filter &&
+  echo "mask & $IB_QP_MAX_DEST_RD_ATOMIC" > $TR/events/rdmaqp/rxe_rtr/filter &&
+  echo "mask & $IB_QP_MAX_QP_RD_ATOMIC" > $TR/events/rdmaqp/rxe_rts/filter || { kprobes="cannot set the filters"; return; }
+  kprobes=ready
+}
+trace_start() {
+  [ "$kprobes" = ready ] || return 0
+  echo > $TR/trace
+  echo 1 > $TR/events/rdmaqp/enable
+}
+trace_stop() {  # $1=label -> /tmp/kprobes-$1.txt, one "event field=value ..." line per hit
+  [ "$kprobes" = ready ] || { : > "/tmp/kprobes-$1.txt"; return 0; }
+  echo 0 > $TR/events/rdmaqp/enable
+  sed -n 's/.* \([a-z_]*\): ([^)]*) \(.*\)/\1 \2/p' $TR/trace > "/tmp/kprobes-$1.txt"
+  cp "/tmp/kprobes-$1.txt" "$rs_out/" 2>/dev/null
+}
+# qp_params LABEL DEVICE RETRY RNR LOG: the provider's line for a queue pair (from LOG) and the kernel's
+# values for every queue pair of the run, each distinct set once with how many queue pairs showed it.
+# Passes when the provider logged the configured counts and the kernel applied them with non-zero depths.
+qp_params() {
+  local label=$1 dev=$2 retry=$3 rnr=$4 log=$5 k=/tmp/kprobes-$1.txt bad=""
+  local line
+  line=$(grep -m1 -o 'queue pair to .*' "$log")
+  [ -n "$line" ] && result "qp-params $label provider: $line" || bad="no 'queue pair to' line in $log; "
+  echo "$line" | grep -q "retry_count=$retry, rnr_retry_count=$rnr" || bad+="provider counts are not $retry/$rnr; "
+  [ "$kprobes" = ready ] || bad+="no kernel view ($kprobes); "
+  sed 's/ qpn=[0-9]*//; s/ mask=[0-9]*//' "$k" | sort | uniq -c | while read -r n what; do
+    result "qp-params $label kernel: $what (${n} times)"
+  done
+  if [ "$dev" = siw ]; then
+    grep -q '^siw_connect ' "$k" && grep -q '^siw_accept ' "$k" && grep -q '^siw_qp_ord_ird ' "$k" \
+      || bad+="missing siw events; "
+    ! grep -Eq ' (ord|ird|orq_size|irq_size)=0( |$)' "$k" || bad+="a zero READ depth; "
+  else
+    grep -q '^ib_cm_req ' "$k" && grep -q '^rxe_rtr ' "$k" && grep -q '^rxe_rts ' "$k" || bad+="missing rxe events; "
+    ! grep -Eq ' (responder_resources|initiator_depth|max_rd_atomic|max_dest_rd_atomic)=0( |$)' "$k" \
+      || bad+="a zero READ depth; "
+    ! grep '^ib_cm_req ' "$k" | grep -vq "retry_count=$retry rnr_retry_count=$rnr" || bad+="CM REQ counts differ; "
+    ! grep '^ib_cm_rep ' "$k" | grep -vq "rnr_retry_count=$rnr" || bad+="CM REP count differs; "
+    ! grep '^rxe_rts ' "$k" | grep -vq "retry_cnt=$retry rnr_retry=$rnr" || bad+="QP counts differ; "
+  fi
+  if [ -z "$bad" ]; then result "qp-params $label PASS"; else fail "qp-params $label: $bad"; fi
+}
+setup_kprobes
+say "kernel view of queue pair parameters (kprobes): $kprobes"
 
 JOPTS=(--add-exports java.base/sun.nio.ch=ALL-UNNAMED --add-opens java.base/sun.nio.ch=ALL-UNNAMED
        "-Djava.library.path=$LIBDISNI" -XX:+UseSerialGC -Xmx1g)
@@ -80,6 +153,7 @@ fi
 
 contract() {  # $1=label $2=ip
   say "transport contract suite over $1 ($2)"
+  trace_start
   timeout 1500 "$JAVA" "${JOPTS[@]}" -XX:TieredStopAtLevel=1 "-Drdma.test.verbs.host=$2" \
     -Drdma.test.verbs.maxQpReadAtoms=16 -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
     -Dorg.slf4j.simpleLogger.log.org.rdmashuffle.transport.verbs=info -Dorg.slf4j.simpleLogger.showDateTime=true \
@@ -87,6 +161,7 @@ contract() {  # $1=label $2=ip
     --select-class org.rdmashuffle.transport.verbs.VerbsTransportContractTest \
     --disable-banner --details=tree > "/tmp/contract-$1.log" 2>&1
   local rc=$?
+  trace_stop "$1"
   grep -E '✔|✘|↷|tests (successful|failed|skipped|aborted)' "/tmp/contract-$1.log" | sed 's/^/  /'
   local ok skipped
   ok=$(grep -Eo '[0-9]+ tests successful' "/tmp/contract-$1.log" | grep -Eo '^[0-9]+')
@@ -98,9 +173,22 @@ contract() {  # $1=label $2=ip
     fail "contract $1 rc=$rc successful=${ok:-0} skipped/aborted=${skipped:-0}"
   fi
   cp "/tmp/contract-$1.log" "$rs_out/" 2>/dev/null
+  qp_params "$1" "$1" 7 7 "/tmp/contract-$1.log"   # the defaults of verbs.retryCount and verbs.rnrRetryCount
 }
 wants siw && contract siw $SIW_IP
 wants rxe && contract rxe $RXE_IP
+
+if wants rxe; then
+  # Control: other counts in the configuration must show up in the kernel (and not swapped).
+  say "queue pair parameters over rxe with verbs.retryCount=2 and verbs.rnrRetryCount=5"
+  trace_start
+  timeout 600 "$JAVA" "${JOPTS[@]}" -XX:TieredStopAtLevel=1 -Dspark.shuffle.rdma.verbs.retryCount=2 \
+    -Dspark.shuffle.rdma.verbs.rnrRetryCount=5 -cp "$CP" org.rdmashuffle.transport.verbs.VerbsReadThroughput \
+    $RXE_IP 65536 256 16 > /tmp/qp-control.log 2>&1
+  trace_stop rxe-control
+  grep '^RESULT' /tmp/qp-control.log | sed 's/^/  /'
+  qp_params rxe-control rxe 2 5 /tmp/qp-control.log
+fi
 
 if wants spark; then
   say "Spark job with provider=verbs over siw, checked against Spark's sort shuffle"

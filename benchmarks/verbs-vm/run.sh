@@ -2,7 +2,8 @@
 # The verbs provider on a real iWARP stack (SoftiWARP) and on Soft-RoCE, on a machine whose kernel has
 # no RDMA: boots Debian's own kernel in QEMU (software emulation), with siw and rxe loaded, and runs
 # there the transport contract suite over siw and over rxe, a READ throughput run next to ib_read_bw,
-# and a small Spark job with provider=verbs checked against Spark's sort shuffle.
+# and a small Spark job with provider=verbs checked against Spark's sort shuffle. Around the contract runs
+# kprobes show the connection parameters the kernel applied to the provider's queue pairs (qp-params lines).
 #
 #   LIBDISNI_DIR=/dir/with/libdisni.so benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark"]
 #
@@ -79,6 +80,22 @@ if [ ! -f "$siw" ]; then
   depmod -b "$kdir/root" "$kv"
 fi
 
+# The field offsets and constants guest.sh's kprobes read, from this kernel's own headers: qp-offsets.c
+# compiled to assembly only (kbuild's asm-offsets technique); rebuilt when qp-offsets.c changes.
+offsets=$work/qp-offsets-$kv.env
+if [ ! -f "$offsets" ] || [ "$here/qp-offsets.c" -nt "$offsets" ]; then
+  log "reading queue pair field offsets from the kernel's headers (qp-offsets.c)"
+  h=$kdir/hdr/usr/src
+  grep -q "^include $h/" "$h/linux-headers-$kv/Makefile" || sed -i "s#^include /usr/src/#include $h/#" "$h/linux-headers-$kv/Makefile"
+  rm -rf "$kdir/qp-offsets" && mkdir "$kdir/qp-offsets" && cp "$here/qp-offsets.c" "$kdir/qp-offsets/"
+  printf 'obj-m := qp-offsets.o\nccflags-y := -I%s\n' "$kdir/siw" > "$kdir/qp-offsets/Makefile"
+  make -s -C "$h/linux-headers-$kv" M="$kdir/qp-offsets" qp-offsets.s
+  sed -n 's/^[[:space:]]*\.ascii[[:space:]]*"->\([A-Z_]*\) \$\{0,1\}\([0-9]*\) .*/\1=\2/p' \
+    "$kdir/qp-offsets/qp-offsets.s" > "$offsets.tmp"
+  [ "$(grep -c = "$offsets.tmp")" -ge 20 ] || { echo "qp-offsets.s holds too few values" >&2; exit 1; }
+  mv "$offsets.tmp" "$offsets"
+fi
+
 # 3. The initramfs (rebuilt when init changes).
 initrd=$work/initramfs-$kv.cpio.gz
 if [ ! -f "$initrd" ] || [ "$here/init" -nt "$initrd" ]; then
@@ -121,6 +138,7 @@ SPARK_ARGS='${VERBS_VM_SPARK_ARGS:---records 200000 --partitions 4 --rounds 1}'
 READ_ITERS='${VERBS_VM_READ_ITERS:-20000}'
 ENV
 : > "$out/summary.txt"
+cp "$offsets" "$out/qp-offsets.env"
 
 # 5. Boot (software emulation: this kernel cannot be booted under KVM here) and run guest.sh.
 log "booting the guest (parts: $parts); console in $out/console.log"

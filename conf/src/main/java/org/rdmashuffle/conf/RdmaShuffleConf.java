@@ -61,8 +61,8 @@ public final class RdmaShuffleConf {
 
     public static final ConfigKey<Integer> MAX_READS_IN_FLIGHT_PER_PEER = declare(ConfigKey.integer(
             PREFIX + "maxReadsInFlightPerPeer", 64, 1, 4096,
-            "READs outstanding on one channel at once. The verbs provider lowers it to the device's "
-                    + "`max_qp_rd_atom`."));
+            "READs outstanding on one channel at once. The verbs provider lowers it to "
+                    + "`verbs.maxQpReadAtoms` of both ends."));
 
     public static final ConfigKey<Integer> SEND_QUEUE_DEPTH = declare(ConfigKey.integer(PREFIX + "sendQueueDepth",
             4096, 16, 1 << 20,
@@ -170,9 +170,11 @@ public final class RdmaShuffleConf {
 
     public static final ConfigKey<Integer> VERBS_MAX_READ_ATOMS = declare(ConfigKey.integer(
             PREFIX + "verbs.maxQpReadAtoms", 16, 1, 1024,
-            "verbs: RDMA READs one queue pair keeps outstanding; the channel's READs in flight are the smaller of "
-                    + "this and `maxReadsInFlightPerPeer`. Must not exceed the device's `max_qp_rd_atom` "
-                    + "(`ibv_devinfo -v`; 16 on most NICs, 128 on siw and rxe)."));
+            "verbs: RDMA READs one queue pair keeps outstanding; a channel's READs in flight are the smallest of "
+                    + "this, the peer's value (exchanged at connection set-up) and `maxReadsInFlightPerPeer`. Must not "
+                    + "exceed the device's `max_qp_rd_atom` (`ibv_devinfo -v`; 16 on most NICs, 128 on siw and rxe): "
+                    + "libdisni 2.1 connects every queue pair with `initiator_depth` and `responder_resources` equal "
+                    + "to the device's `max_qp_rd_atom`, which DiSNI can neither change nor report."));
 
     public static final ConfigKey<Integer> VERBS_COMPLETION_QUEUE_SIZE = declare(ConfigKey.integer(
             PREFIX + "verbs.completionQueueSize", 4096, 64, 1 << 20,
@@ -189,6 +191,21 @@ public final class RdmaShuffleConf {
             PREFIX + "verbs.eventTimeout", "250ms", 10, 10_000,
             "verbs: how long DiSNI's completion and connection-manager threads block for an event before they "
                     + "look whether the node is closing; bounds how long closing a node takes."));
+
+    public static final ConfigKey<Integer> VERBS_RETRY_COUNT = declare(ConfigKey.integer(
+            PREFIX + "verbs.retryCount", 7, 0, 7,
+            "verbs: `retry_count` the queue pairs are connected with (rdma_cm): how many times an InfiniBand or "
+                    + "RoCE queue pair retransmits after its ACK timeout expires (a lost packet) before its READs "
+                    + "fail with a retry-exceeded error and the channel reconnects. 7, the largest, means 7 retries, "
+                    + "not unlimited. rdma_cm uses the connecting side's value for both ends; iWARP ignores it "
+                    + "(TCP retransmits)."));
+
+    public static final ConfigKey<Integer> VERBS_RNR_RETRY_COUNT = declare(ConfigKey.integer(
+            PREFIX + "verbs.rnrRetryCount", 7, 0, 7,
+            "verbs: `rnr_retry_count` the queue pairs are connected with (rdma_cm): how many times a queue pair "
+                    + "resends a message the peer had no receive buffer for (RNR NAK). 7 means retry without limit "
+                    + "(InfiniBand specification). rdma_cm gives each end the value its peer passed. One-sided "
+                    + "READs never meet an RNR NAK; iWARP ignores it."));
 
     private static final List<ConfigKey<?>> ALL = Collections.unmodifiableList(new ArrayList<>(KEYS));
 
@@ -411,6 +428,14 @@ public final class RdmaShuffleConf {
 
     public int verbsEventTimeoutMs() {
         return (int) (long) get(VERBS_POLL_TIMEOUT);
+    }
+
+    public int verbsRetryCount() {
+        return get(VERBS_RETRY_COUNT);
+    }
+
+    public int verbsRnrRetryCount() {
+        return get(VERBS_RNR_RETRY_COUNT);
     }
 
     public int maxControlMessageSizeBytes() {

@@ -27,8 +27,9 @@ import org.slf4j.LoggerFactory;
 
 /**
  * A channel of the verbs provider: one RC queue pair to the peer, on which READs are posted as
- * chained work requests, at most {@code credits} outstanding (never more than the device's
- * {@code max_qp_rd_atom} the configuration declares). READs beyond that wait in a queue and are posted
+ * chained work requests, at most {@code credits} outstanding (the READ window of
+ * {@link QueuePairParameters#readWindow}: never more than either end's {@code verbs.maxQpReadAtoms},
+ * which declares the device's {@code max_qp_rd_atom}). READs beyond that wait in a queue and are posted
  * from the completion thread as earlier ones complete. Work requests are built once per chain length
  * and only their fields are rewritten for each post, so posting allocates nothing.
  *
@@ -56,6 +57,7 @@ final class VerbsChannel implements RdmaChannel {
     private final int credits;
     private final int queueLimit;
     private final long requestTimeoutNanos;
+    private final String connection;
     private final ReentrantLock lock = new ReentrantLock();
     private final Condition space = lock.newCondition();
 
@@ -97,7 +99,8 @@ final class VerbsChannel implements RdmaChannel {
     private int qSize;
 
     VerbsChannel(VerbsNode node, NodeAddress peer, InetSocketAddress rdmaTarget, int credits, int queueLimit,
-                 long requestTimeoutMs, long stallCheckMs) {
+                 long requestTimeoutMs, long stallCheckMs, String connection) {
+        this.connection = connection;
         this.stallNanos = TimeUnit.MILLISECONDS.toNanos(stallCheckMs);
         this.node = node;
         this.peer = peer;
@@ -151,6 +154,11 @@ final class VerbsChannel implements RdmaChannel {
     @Override
     public NodeAddress peer() {
         return peer;
+    }
+
+    /** What the queue pairs of this channel are connected with, as logged when it opened (for diagnosis). */
+    String connectionParameters() {
+        return connection;
     }
 
     @Override

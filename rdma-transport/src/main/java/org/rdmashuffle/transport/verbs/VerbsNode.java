@@ -4,10 +4,12 @@ import com.ibm.disni.RdmaActiveEndpointGroup;
 import com.ibm.disni.RdmaServerEndpoint;
 import com.ibm.disni.verbs.IbvMr;
 import com.ibm.disni.verbs.IbvPd;
+import com.ibm.disni.verbs.RdmaConnParam;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.ByteBuffer;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Map;
 import java.util.Set;
@@ -63,7 +65,10 @@ public final class VerbsNode implements RdmaNode {
 
     private final RdmaShuffleConf conf;
     private final ControlHandler userHandler;
+    private final QueuePairParameters queuePairs;
+    /** The most READs any channel keeps outstanding; each queue pair's send queue holds this many. */
     private final int credits;
+    private final String device;
     private final RdmaActiveEndpointGroup<VerbsEndpoint> group;
     private final RdmaServerEndpoint<VerbsEndpoint> listener;
     private final IbvPd pd;
@@ -88,7 +93,12 @@ public final class VerbsNode implements RdmaNode {
     public VerbsNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         this.conf = conf;
         this.userHandler = options.controlHandler();
-        this.credits = Math.min(conf.maxReadsInFlightPerPeer(), conf.verbsMaxQpReadAtoms());
+        this.queuePairs = QueuePairParameters.of(conf);
+        if (queuePairs.readDepth() < conf.verbsMaxQpReadAtoms()) {
+            LOG.info("verbs: spark.shuffle.rdma.verbs.maxQpReadAtoms={} lowered to {}, the most rdma_cm carries",
+                    conf.verbsMaxQpReadAtoms(), queuePairs.readDepth());
+        }
+        this.credits = queuePairs.maxReadWindow(conf.maxReadsInFlightPerPeer());
         this.completionRoom = new AtomicInteger(conf.verbsCompletionQueueSize());
         InetSocketAddress bind = new InetSocketAddress(options.bindHost(), 0);
         if (bind.isUnresolved()) {
@@ -100,6 +110,11 @@ public final class VerbsNode implements RdmaNode {
         try {
             g = new RdmaActiveEndpointGroup<>(conf.verbsEventTimeoutMs(), false, credits, 1,
                     conf.verbsCompletionQueueSize());
+            // DiSNI connects and accepts every endpoint of the group with the group's parameters. Of them it
+            // passes only the two retry counts on to rdma_cm (see QueuePairParameters); both default to 0.
+            RdmaConnParam cp = g.getConnParam();
+            cp.setRetry_count((byte) queuePairs.retryCount());
+            cp.setRnr_retry_count((byte) queuePairs.rnrRetryCount());
             final RdmaActiveEndpointGroup<VerbsEndpoint> fg = g;
             g.init((id, serverSide) -> new VerbsEndpoint(this, fg, id, serverSide));
             l = g.createServerEndpoint();
@@ -115,6 +130,7 @@ public final class VerbsNode implements RdmaNode {
                         + " (rdma_cm bound no device; bind to the address of an RDMA-capable interface)");
             }
             this.pd = p;
+            this.device = deviceName(p);
             this.rdmaPort = portOf(l.getSrcAddr());
             this.group = g;
             this.listener = l;
@@ -136,8 +152,23 @@ public final class VerbsNode implements RdmaNode {
         this.acceptor = new Thread(this::acceptLoop, "rdma-verbs-acceptor-" + port);
         acceptor.setDaemon(true);
         acceptor.start();
-        LOG.info("verbs node listening on {} (rdma_cm port {}, {} READs in flight per channel, completion queue {})",
-                address, rdmaPort, credits, conf.verbsCompletionQueueSize());
+        LOG.info("verbs node listening on {} ({}, rdma_cm port {}, at most {} READs in flight per channel, "
+                + "completion queue {}, retry_count {}, rnr_retry_count {})", address, device, rdmaPort, credits,
+                conf.verbsCompletionQueueSize(), queuePairs.retryCount(), queuePairs.rnrRetryCount());
+    }
+
+    /**
+     * The RDMA device behind {@code pd}, for log lines: DiSNI gives the uverbs file descriptor only, whose
+     * character device names the device in sysfs.
+     */
+    private static String deviceName(IbvPd pd) {
+        try {
+            Path uverbs = Files.readSymbolicLink(Path.of("/proc/self/fd/" + pd.getContext().getCmd_fd()));
+            return Files.readString(Path.of("/sys/class/infiniband_verbs", uverbs.getFileName().toString(), "ibdev"))
+                    .trim();
+        } catch (IOException | RuntimeException e) {
+            return "an RDMA device";
+        }
     }
 
     private static int portOf(SocketAddress a) throws TransportException {
@@ -192,7 +223,7 @@ public final class VerbsNode implements RdmaNode {
             case OP_USER:
                 return userHandler.onMessage(request.slice());
             case OP_HELLO:
-                return ByteBuffer.allocate(8).putInt(0, rdmaPort).putInt(4, credits);
+                return ByteBuffer.allocate(8).putInt(0, rdmaPort).putInt(4, queuePairs.readDepth());
             case OP_DIAGNOSE: {
                 int rkey = request.getInt();
                 long addr = request.getLong();
@@ -275,15 +306,25 @@ public final class VerbsNode implements RdmaNode {
                     + "(is it a tcp node?)", ReadStatus.PROTOCOL_ERROR, null);
         }
         int port = hello.getInt(hello.position());
+        int peerReadDepth = hello.getInt(hello.position() + 4);
+        int window;
+        try {
+            window = queuePairs.readWindow(conf.maxReadsInFlightPerPeer(), peerReadDepth);
+        } catch (IllegalArgumentException e) {
+            throw new TransportException("cannot connect to " + peer + ": " + e.getMessage(), ReadStatus.PROTOCOL_ERROR,
+                    e);
+        }
+        String connection = queuePairs.describe(conf.maxReadsInFlightPerPeer(), peerReadDepth);
         InetSocketAddress target = new InetSocketAddress(peer.host(), port);
         int attempts = conf.connectRetries() + 1;
         IOException last = null;
         for (int a = 1; a <= attempts; a++) {
             ensureOpen();
-            VerbsChannel ch = new VerbsChannel(this, peer, target, credits, conf.sendQueueDepth(),
-                    conf.requestTimeoutMs(), conf.verbsStallCheckMs());
+            VerbsChannel ch = new VerbsChannel(this, peer, target, window, conf.sendQueueDepth(),
+                    conf.requestTimeoutMs(), conf.verbsStallCheckMs(), connection);
             try {
                 ch.start(conf.connectTimeoutMs());
+                LOG.info("queue pair to {} ({} on {}): {}", peer, target, device, connection);
                 return ch;
             } catch (IOException e) {
                 last = e;
@@ -319,6 +360,11 @@ public final class VerbsNode implements RdmaNode {
         return conf.connectTimeoutMs();
     }
 
+    /** What this node's queue pairs are connected and accepted with. */
+    QueuePairParameters queuePairParameters() {
+        return queuePairs;
+    }
+
     private void acceptLoop() {
         while (!closed) {
             try {
@@ -328,6 +374,10 @@ public final class VerbsNode implements RdmaNode {
                     break;
                 }
                 accepted.add(ep);
+                if (LOG.isDebugEnabled()) {
+                    LOG.debug("accepted a queue pair on {}: retry_count={}, rnr_retry_count={}", device,
+                            queuePairs.retryCount(), queuePairs.rnrRetryCount());
+                }
             } catch (IOException | RuntimeException e) {
                 if (closed) {
                     break;

@@ -1,6 +1,7 @@
 package org.rdmashuffle.transport.verbs;
 
 import java.nio.ByteBuffer;
+import java.util.HashMap;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -26,6 +27,7 @@ import org.rdmashuffle.transport.RegionDescriptor;
  *
  * <p>Usage: {@code VerbsReadThroughput <host> <size> <iterations> <inflight>}; needs libdisni on
  * {@code java.library.path} and an RDMA device at {@code host}. Run by {@code benchmarks/verbs-vm/run.sh}.
+ * Other {@code spark.shuffle.rdma.*} keys can be given as system properties.
  */
 public final class VerbsReadThroughput {
     private VerbsReadThroughput() {
@@ -37,9 +39,16 @@ public final class VerbsReadThroughput {
         int iterations = Integer.parseInt(args[2]);
         int inflight = Integer.parseInt(args[3]);
         int slots = Math.max(inflight, 1);
-        RdmaShuffleConf conf = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "verbs",
+        Map<String, String> settings = new HashMap<>();
+        System.getProperties().forEach((k, v) -> {
+            if (k.toString().startsWith(RdmaShuffleConf.PREFIX)) {
+                settings.put(k.toString(), v.toString());
+            }
+        });
+        settings.putAll(Map.of("spark.shuffle.rdma.provider", "verbs",
                 "spark.shuffle.rdma.verbs.maxQpReadAtoms", Integer.toString(inflight),
                 "spark.shuffle.rdma.maxReadsInFlightPerPeer", Integer.toString(inflight)));
+        RdmaShuffleConf conf = new RdmaShuffleConf(settings);
         NodeOptions options = new NodeOptions(host, host, ControlHandler.NONE, null);
         int servedBytes = Math.max(size * 8, 8 << 20);
         try (RdmaNode server = new VerbsNode(conf, options); RdmaNode client = new VerbsNode(conf, options)) {
@@ -51,6 +60,7 @@ public final class VerbsReadThroughput {
             ByteBuffer sinkMemory = ByteBuffer.allocateDirect(size * slots);
             MemoryRegion sink = client.register(sinkMemory, RegionAccess.READ_SINK);
             RdmaChannel ch = client.connect(server.localAddress());
+            System.out.println("CONNECTION " + ((VerbsChannel) ch).connectionParameters());
             RegionDescriptor d = region.descriptor();
             int positions = servedBytes / size;
 
