@@ -140,6 +140,21 @@ public final class BufferPool implements AutoCloseable {
      * @throws BufferPoolException at the cap after the timeout, on registration failure, or when closed
      */
     public RegisteredBuffer acquire(int sizeBytes) {
+        return acquire(sizeBytes, true);
+    }
+
+    /**
+     * Acquires a buffer as {@link #acquire} does, but never waits: at the cap, when nothing can be
+     * taken back, it returns null. For threads that must not block (transport completions) and for
+     * callers that have other work to do first.
+     *
+     * @throws BufferPoolException on registration failure, or when closed
+     */
+    public RegisteredBuffer tryAcquire(int sizeBytes) {
+        return acquire(sizeBytes, false);
+    }
+
+    private RegisteredBuffer acquire(int sizeBytes, boolean mayWait) {
         if (sizeBytes <= 0) {
             throw new IllegalArgumentException("buffer size must be positive: " + sizeBytes);
         }
@@ -149,13 +164,16 @@ public final class BufferPool implements AutoCloseable {
         ThreadCache tc = cache.get();
         RegisteredBuffer b;
         if (sizeBytes > options.maxBufferBytes()) {
-            b = acquireLarge(sizeBytes);
+            b = acquireLarge(sizeBytes, mayWait);
         } else {
             int cls = sizeClassOf(sizeBytes);
             b = tc.pop(cls);
             if (b == null) {
-                b = acquireShared(cls);
+                b = acquireShared(cls, mayWait);
             }
+        }
+        if (b == null) {
+            return null;
         }
         b.onAcquire();
         tc.countAcquire(b.capacity());
@@ -165,7 +183,7 @@ public final class BufferPool implements AutoCloseable {
         return b;
     }
 
-    private RegisteredBuffer acquireShared(int cls) {
+    private RegisteredBuffer acquireShared(int cls, boolean mayWait) {
         lock.lock();
         try {
             RegisteredBuffer b = free[cls].pop();
@@ -197,6 +215,9 @@ public final class BufferPool implements AutoCloseable {
                         b.chunk.outstanding++;
                         return b;
                     }
+                    if (!mayWait) {
+                        return null;
+                    }
                     if (!announced) {
                         announced = announceWaiter(); // then look once more before sleeping
                         continue;
@@ -223,7 +244,7 @@ public final class BufferPool implements AutoCloseable {
         return true;
     }
 
-    private RegisteredBuffer acquireLarge(int sizeBytes) {
+    private RegisteredBuffer acquireLarge(int sizeBytes, boolean mayWait) {
         lock.lock();
         try {
             long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(options.acquireTimeoutMs());
@@ -240,6 +261,9 @@ public final class BufferPool implements AutoCloseable {
                         RegisteredBuffer b = new RegisteredBuffer(this, c, -1, 0, sizeBytes);
                         c.outstanding = 1;
                         return b;
+                    }
+                    if (!mayWait) {
+                        return null;
                     }
                     if (!announced) {
                         announced = announceWaiter();

@@ -221,6 +221,28 @@ class BufferPoolTest {
 
     @Test
     @Timeout(30)
+    void shouldReturnNullWithoutWaitingWhenTryAcquireFindsThePoolAtItsCap() {
+        try (BufferPool pool = new BufferPool(small("128k", "10m", "disabled"), new CountingRegistrar())) {
+            RegisteredBuffer a = pool.tryAcquire(64 << 10);
+            RegisteredBuffer b = pool.tryAcquire(64 << 10);
+            assertTrue(a != null && b != null);
+            assertEquals(null, pool.tryAcquire(64 << 10)); // at the cap: no wait (10 min would fail @Timeout)
+            assertEquals(null, pool.tryAcquire(100 << 10));
+            BufferPoolStats s = pool.stats();
+            assertEquals(0, s.waits());
+            assertEquals(0, s.timeouts());
+            assertEquals(2, s.inUseBuffers());
+            a.release();
+            RegisteredBuffer c = pool.tryAcquire(60 << 10);
+            assertSame(a, c);
+            c.release();
+            b.release();
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    @Test
+    @Timeout(30)
     void shouldDeregisterEmptyChunksOfOtherClassesWhenAtCap() {
         CountingRegistrar registrar = new CountingRegistrar();
         try (BufferPool pool = new BufferPool(small("256k", "1s", "disabled"), registrar)) {

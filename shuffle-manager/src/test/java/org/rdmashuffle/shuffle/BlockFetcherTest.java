@@ -215,6 +215,9 @@ class BlockFetcherTest {
                         out.assertBytes(b);
                         got++;
                         maxInUse = Math.max(maxInUse, pool.stats().inUseBuffers());
+                        assertTrue(fetcher.readsInFlight() <= MAX_READS_PER_PEER, "READs in flight "
+                                + fetcher.readsInFlight());
+                        assertTrue(fetcher.bytesInFlight() <= 1 << 20, "bytes in flight " + fetcher.bytesInFlight());
                     }
                 }
                 assertTrue(maxInUse <= bound, "buffers in use while fetching: " + maxInUse);
