@@ -35,12 +35,13 @@ import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * A reduce task's reader: remote blocks with one-sided READs (all requests posted up front, bounded
- * by bytes in flight, so fetching overlaps decoding), local blocks straight from disk (read while
- * the remote ones are in flight), each decoded through Spark's SerializerManager and the shuffle's
- * serializer, then aggregated and sorted as Spark's own reader does. Reports Spark's shuffle read
- * metrics and merges them into the task's when done. A block that cannot be fetched becomes a
- * {@code FetchFailedException} naming its map and reduce ids, so Spark reruns the map stage.
+ * A reduce task's reader: remote blocks with one-sided READs (every request handed to the
+ * {@link BlockFetcher} up front, which posts them within its budget, so fetching overlaps decoding),
+ * local blocks straight from disk (read while the remote ones are in flight), each decoded through
+ * Spark's SerializerManager and the shuffle's serializer, then aggregated and sorted as Spark's own
+ * reader does. Reports Spark's shuffle read metrics and merges them into the task's when done. A
+ * block that cannot be fetched becomes a {@code FetchFailedException} naming its map and reduce ids,
+ * so Spark reruns the map stage.
  */
 final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
     private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleReader.class);
