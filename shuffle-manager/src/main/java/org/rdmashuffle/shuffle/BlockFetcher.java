@@ -213,7 +213,7 @@ public final class BlockFetcher implements AutoCloseable {
     private final long timeoutMs;
     private final MetadataCache metadataCache;
     /** Steps whose READs all completed, for the task thread; drained by close. */
-    private final LinkedBlockingQueue<Step> landed = new LinkedBlockingQueue<>();
+    private final LinkedBlockingQueue<Step> landedSteps = new LinkedBlockingQueue<>();
     private volatile boolean closed;
 
     // Task thread only.
@@ -302,7 +302,7 @@ public final class BlockFetcher implements AutoCloseable {
             return;
         }
         Step s;
-        while ((s = landed.poll()) != null) {
+        while ((s = landedSteps.poll()) != null) {
             Object result = takeUp(s);
             if (result != null) {
                 ready.add(result);
@@ -331,7 +331,7 @@ public final class BlockFetcher implements AutoCloseable {
         for (;;) {
             Object result = ready.poll();
             Step s;
-            while (result == null && (s = landed.poll()) != null) {
+            while (result == null && (s = landedSteps.poll()) != null) {
                 deadline = System.nanoTime() + timeoutNanos;
                 result = takeUp(s);
             }
@@ -344,14 +344,14 @@ public final class BlockFetcher implements AutoCloseable {
                 return (Block) result;
             }
             pump(true);
-            if (!ready.isEmpty() || !landed.isEmpty()) {
+            if (!ready.isEmpty() || !landedSteps.isEmpty()) {
                 continue;
             }
             long left = deadline - System.nanoTime();
             if (left <= 0) {
                 throw timedOut();
             }
-            s = landed.poll(left, TimeUnit.NANOSECONDS);
+            s = landedSteps.poll(left, TimeUnit.NANOSECONDS);
             if (s != null) {
                 deadline = System.nanoTime() + timeoutNanos;
                 result = takeUp(s);
@@ -419,7 +419,7 @@ public final class BlockFetcher implements AutoCloseable {
                 try {
                     b = pool.tryAcquire(s.bytes);
                     if (b == null) {
-                        if (!mayWait || readsInFlight > 0 || !landed.isEmpty() || !ready.isEmpty()) {
+                        if (!mayWait || readsInFlight > 0 || !landedSteps.isEmpty() || !ready.isEmpty()) {
                             return; // what is in flight or landed frees buffers or gives the caller work
                         }
                         b = pool.acquire(s.bytes);
@@ -445,7 +445,12 @@ public final class BlockFetcher implements AutoCloseable {
         Request r = s.request;
         ShuffleOutputTable.Metadata m = metadataCache.get(r.peer(), r.table().rkey(), r.mapIndex(), r.mapId());
         if (m != null) {
-            return toData(s, m);
+            Object done = toData(s, m);
+            if (done != null) {
+                ready.add(done);
+                return false;
+            }
+            return true;
         }
         s.phase = Phase.SLOT;
         s.reads = 1;
@@ -453,8 +458,12 @@ public final class BlockFetcher implements AutoCloseable {
         return true;
     }
 
-    /** Prepares the data phase; false when it needs no READ (its result is ready). */
-    private boolean toData(Step s, ShuffleOutputTable.Metadata m) {
+    /**
+     * Prepares the data phase.
+     *
+     * @return the step's result when it needs no READ (an empty block or a failure), else null
+     */
+    private Object toData(Step s, ShuffleOutputTable.Metadata m) {
         Request r = s.request;
         long bytes;
         int pieces;
@@ -462,22 +471,19 @@ public final class BlockFetcher implements AutoCloseable {
             bytes = m.layout().bytesOf(r.startPartition(), r.endPartition());
             pieces = m.layout().forEachPiece(r.startPartition(), r.endPartition(), readBlockBytes, COUNT_ONLY);
         } catch (RuntimeException e) {
-            ready.add(failure(r, "partition range outside the map output", e));
-            return false;
+            return failure(r, "partition range outside the map output", e);
         }
         if (bytes == 0) {
-            ready.add(new Block(r, null, 0, 0));
-            return false;
+            return new Block(r, null, 0, 0);
         }
         if (bytes > Integer.MAX_VALUE - 8) {
-            ready.add(failure(r, "block of " + bytes + " bytes exceeds 2 GiB", null));
-            return false;
+            return failure(r, "block of " + bytes + " bytes exceeds 2 GiB", null);
         }
         s.phase = Phase.DATA;
         s.metadata = m;
         s.reads = pieces;
         s.bytes = (int) bytes;
-        return true;
+        return null;
     }
 
     private void addPiece(int region, int offset, int length) {
@@ -542,7 +548,7 @@ public final class BlockFetcher implements AutoCloseable {
             s.releaseBuffer();
             return;
         }
-        landed.add(s);
+        landedSteps.add(s);
         if (closed) {
             drainLanded(); // close() may have drained before this step arrived
         }
@@ -550,7 +556,7 @@ public final class BlockFetcher implements AutoCloseable {
 
     private void drainLanded() {
         Step s;
-        while ((s = landed.poll()) != null) {
+        while ((s = landedSteps.poll()) != null) {
             s.releaseBuffer();
         }
     }
@@ -617,8 +623,9 @@ public final class BlockFetcher implements AutoCloseable {
                     s.releaseBuffer();
                 }
                 metadataCache.put(r.peer(), r.table().rkey(), r.mapIndex(), s.mapId, m);
-                if (!toData(s, m)) {
-                    return ready.poll();
+                Object done = toData(s, m);
+                if (done != null) {
+                    return done;
                 }
                 s.peer.waiting.addFirst(s);
                 return null;
