@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.lang.ref.PhantomReference;
 import java.lang.ref.Reference;
 import java.lang.ref.ReferenceQueue;
+import java.lang.ref.WeakReference;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.List;
@@ -27,9 +28,12 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Acquire and release touch only the calling thread's cache when it can serve them (no shared
  * lock, no allocation). Otherwise the shared free lists are used under one lock; new chunks are
- * registered while the registered bytes stay under the cap. At the cap the pool first takes back
- * what thread caches hold and deregisters empty chunks of other classes, then waits up to
- * {@code acquireTimeoutMs} for a release, then fails with {@link BufferPoolException}.
+ * registered while the registered bytes stay under the cap; before registering, the caches of
+ * threads that have ended are taken back. At the cap the pool first takes back what thread caches
+ * hold and deregisters empty chunks of other classes, then waits up to {@code acquireTimeoutMs} for a
+ * release, then fails with {@link BufferPoolException}. A thread that may wait announces itself
+ * before it takes back the caches, and a release into a thread cache that sees a waiter hands that
+ * cache back, so no buffer sits in a cache while a waiter sleeps.
  *
  * <p>Thread-safe. Leak tracking (sampled or paranoid) keeps in-use buffers reachable only from their
  * holders, so a dropped buffer is found by the garbage collector, reported with where it was
@@ -58,6 +62,12 @@ public final class BufferPool implements AutoCloseable {
     private volatile boolean closed;
 
     // Guarded by lock.
+    /** Counters of ended threads' caches, kept so that the totals still add up. */
+    private long retiredAcquires;
+    private long retiredReleases;
+    private long retiredHits;
+    private long retiredAcquiredBytes;
+    private long retiredReleasedBytes;
     private long registeredBytes;
     private long registrations;
     private long deregistrations;
@@ -79,7 +89,7 @@ public final class BufferPool implements AutoCloseable {
             free[i] = new FreeStack();
         }
         this.cache = ThreadLocal.withInitial(() -> {
-            ThreadCache c = new ThreadCache(classCount, cacheLimit);
+            ThreadCache c = new ThreadCache(Thread.currentThread(), classCount, cacheLimit);
             caches.add(c);
             return c;
         });
@@ -130,6 +140,21 @@ public final class BufferPool implements AutoCloseable {
      * @throws BufferPoolException at the cap after the timeout, on registration failure, or when closed
      */
     public RegisteredBuffer acquire(int sizeBytes) {
+        return acquire(sizeBytes, true);
+    }
+
+    /**
+     * Acquires a buffer as {@link #acquire} does, but never waits: at the cap, when nothing can be
+     * taken back, it returns null. For threads that must not block (transport completions) and for
+     * callers that have other work to do first.
+     *
+     * @throws BufferPoolException on registration failure, or when closed
+     */
+    public RegisteredBuffer tryAcquire(int sizeBytes) {
+        return acquire(sizeBytes, false);
+    }
+
+    private RegisteredBuffer acquire(int sizeBytes, boolean mayWait) {
         if (sizeBytes <= 0) {
             throw new IllegalArgumentException("buffer size must be positive: " + sizeBytes);
         }
@@ -139,13 +164,16 @@ public final class BufferPool implements AutoCloseable {
         ThreadCache tc = cache.get();
         RegisteredBuffer b;
         if (sizeBytes > options.maxBufferBytes()) {
-            b = acquireLarge(sizeBytes);
+            b = acquireLarge(sizeBytes, mayWait);
         } else {
             int cls = sizeClassOf(sizeBytes);
             b = tc.pop(cls);
             if (b == null) {
-                b = acquireShared(cls);
+                b = acquireShared(cls, mayWait);
             }
+        }
+        if (b == null) {
+            return null;
         }
         b.onAcquire();
         tc.countAcquire(b.capacity());
@@ -155,7 +183,7 @@ public final class BufferPool implements AutoCloseable {
         return b;
     }
 
-    private RegisteredBuffer acquireShared(int cls) {
+    private RegisteredBuffer acquireShared(int cls, boolean mayWait) {
         lock.lock();
         try {
             RegisteredBuffer b = free[cls].pop();
@@ -165,47 +193,88 @@ public final class BufferPool implements AutoCloseable {
                 return b;
             }
             long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(options.acquireTimeoutMs());
+            boolean announced = false;
             boolean waited = false;
-            for (;;) {
-                ensureOpen();
-                pollLeaks();
-                b = free[cls].pop();
-                if (b != null) {
-                    sharedHits++;
-                    b.chunk.outstanding++;
-                    return b;
-                }
-                if (makeRoom(options.chunkBytes())) {
-                    misses++;
-                    registerChunk(cls);
+            try {
+                for (;;) {
+                    ensureOpen();
+                    pollLeaks();
                     b = free[cls].pop();
-                    b.chunk.outstanding++;
-                    return b;
+                    if (b == null && reclaimEndedThreadCaches()) {
+                        b = free[cls].pop();
+                    }
+                    if (b != null) {
+                        sharedHits++;
+                        b.chunk.outstanding++;
+                        return b;
+                    }
+                    if (makeRoom(options.chunkBytes())) {
+                        misses++;
+                        registerChunk(cls);
+                        b = free[cls].pop();
+                        b.chunk.outstanding++;
+                        return b;
+                    }
+                    if (!mayWait) {
+                        return null;
+                    }
+                    if (!announced) {
+                        announced = announceWaiter(); // then look once more before sleeping
+                        continue;
+                    }
+                    waited = awaitRelease(deadline, classBytes(cls), waited);
                 }
-                waited = awaitRelease(deadline, classBytes(cls), waited);
+            } finally {
+                if (announced) {
+                    waiters--;
+                }
             }
         } finally {
             lock.unlock();
         }
     }
 
-    private RegisteredBuffer acquireLarge(int sizeBytes) {
+    /**
+     * Makes releases hand their buffers to the shared lists from now on. A thread that may wait calls
+     * this before its last look at the thread caches, so a release that lands in a cache after that
+     * look sees the waiter and hands the cache back. Called with the lock held.
+     */
+    private boolean announceWaiter() {
+        waiters++;
+        return true;
+    }
+
+    private RegisteredBuffer acquireLarge(int sizeBytes, boolean mayWait) {
         lock.lock();
         try {
             long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(options.acquireTimeoutMs());
+            boolean announced = false;
             boolean waited = false;
-            for (;;) {
-                ensureOpen();
-                pollLeaks();
-                if (makeRoom(sizeBytes)) {
-                    misses++;
-                    Chunk c = newChunk(-1, sizeBytes);
-                    largeChunks.add(c);
-                    RegisteredBuffer b = new RegisteredBuffer(this, c, -1, 0, sizeBytes);
-                    c.outstanding = 1;
-                    return b;
+            try {
+                for (;;) {
+                    ensureOpen();
+                    pollLeaks();
+                    if (makeRoom(sizeBytes)) {
+                        misses++;
+                        Chunk c = newChunk(-1, sizeBytes);
+                        largeChunks.add(c);
+                        RegisteredBuffer b = new RegisteredBuffer(this, c, -1, 0, sizeBytes);
+                        c.outstanding = 1;
+                        return b;
+                    }
+                    if (!mayWait) {
+                        return null;
+                    }
+                    if (!announced) {
+                        announced = announceWaiter();
+                        continue;
+                    }
+                    waited = awaitRelease(deadline, sizeBytes, waited);
                 }
-                waited = awaitRelease(deadline, sizeBytes, waited);
+            } finally {
+                if (announced) {
+                    waiters--;
+                }
             }
         } finally {
             lock.unlock();
@@ -233,14 +302,11 @@ public final class BufferPool implements AutoCloseable {
         if (!waitedBefore) {
             waits++;
         }
-        waiters++;
         try {
             released.awaitNanos(left);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new BufferPoolException("interrupted while waiting for a buffer", e);
-        } finally {
-            waiters--;
         }
         return true;
     }
@@ -266,9 +332,35 @@ public final class BufferPool implements AutoCloseable {
     }
 
     private void drainThreadCaches() {
+        reclaimEndedThreadCaches();
         for (ThreadCache tc : caches) {
             tc.drainTo(this);
         }
+    }
+
+    /**
+     * Takes back the caches of threads that have ended: their buffers go to the shared lists and their
+     * counters into the pool's. Called with the lock held, off the hot path.
+     *
+     * @return whether any buffer came back
+     */
+    private boolean reclaimEndedThreadCaches() {
+        boolean any = false;
+        for (ThreadCache tc : caches) {
+            if (tc.ownerAlive()) {
+                continue;
+            }
+            synchronized (tc) {
+                any |= tc.drainTo(this);
+                retiredAcquires += tc.acquires;
+                retiredReleases += tc.releases;
+                retiredHits += tc.hits;
+                retiredAcquiredBytes += tc.acquiredBytes;
+                retiredReleasedBytes += tc.releasedBytes;
+            }
+            caches.remove(tc);
+        }
+        return any;
     }
 
     private void registerChunk(int cls) {
@@ -337,9 +429,23 @@ public final class BufferPool implements AutoCloseable {
             return;
         }
         if (waiters == 0 && !closed && tc.push(b)) {
+            if (waiters != 0) {
+                handBack(tc); // a waiter announced itself meanwhile and may have looked at this cache already
+            }
             return;
         }
         returnShared(b);
+    }
+
+    /** Moves {@code tc}'s buffers to the shared lists and wakes the waiters. */
+    private void handBack(ThreadCache tc) {
+        lock.lock();
+        try {
+            tc.drainTo(this);
+            released.signalAll();
+        } finally {
+            lock.unlock();
+        }
     }
 
     private void returnShared(RegisteredBuffer b) {
@@ -414,7 +520,7 @@ public final class BufferPool implements AutoCloseable {
     }
 
     private long inUseBytesLocked() {
-        long bytes = 0;
+        long bytes = retiredAcquiredBytes - retiredReleasedBytes;
         for (ThreadCache tc : caches) {
             bytes += tc.acquiredBytes() - tc.releasedBytes();
         }
@@ -426,10 +532,11 @@ public final class BufferPool implements AutoCloseable {
         lock.lock();
         try {
             pollLeaks();
-            long acquires = 0;
-            long releases = 0;
-            long cacheHits = 0;
-            long inUse = 0;
+            reclaimEndedThreadCaches();
+            long acquires = retiredAcquires;
+            long releases = retiredReleases;
+            long cacheHits = retiredHits;
+            long inUse = retiredAcquiredBytes - retiredReleasedBytes;
             for (ThreadCache tc : caches) {
                 synchronized (tc) {
                     acquires += tc.acquires;
@@ -545,8 +652,12 @@ public final class BufferPool implements AutoCloseable {
         }
     }
 
-    /** One thread's cache and counters. Guarded by its own monitor (uncontended but for drains). */
+    /**
+     * One thread's cache and counters. Guarded by its own monitor (uncontended but for drains). Holds
+     * its thread weakly, so the pool can tell when the thread has ended.
+     */
     private static final class ThreadCache {
+        private final WeakReference<Thread> owner;
         private final RegisteredBuffer[][] stacks;
         private final int[] counts;
         private final int limit;
@@ -556,7 +667,8 @@ public final class BufferPool implements AutoCloseable {
         long acquiredBytes;
         long releasedBytes;
 
-        ThreadCache(int classes, int limit) {
+        ThreadCache(Thread owner, int classes, int limit) {
+            this.owner = new WeakReference<>(owner);
             this.limit = limit;
             this.stacks = new RegisteredBuffer[classes][limit];
             this.counts = new int[classes];
@@ -602,15 +714,23 @@ public final class BufferPool implements AutoCloseable {
             return releasedBytes;
         }
 
+        boolean ownerAlive() {
+            Thread t = owner.get();
+            return t != null && t.isAlive();
+        }
+
         /** Moves every cached buffer to the shared lists; called with the pool lock held. */
-        synchronized void drainTo(BufferPool pool) {
+        synchronized boolean drainTo(BufferPool pool) {
+            boolean any = false;
             for (int cls = 0; cls < counts.length; cls++) {
                 for (int i = 0; i < counts[cls]; i++) {
                     pool.returnSharedLocked(stacks[cls][i]);
                     stacks[cls][i] = null;
+                    any = true;
                 }
                 counts[cls] = 0;
             }
+            return any;
         }
     }
 

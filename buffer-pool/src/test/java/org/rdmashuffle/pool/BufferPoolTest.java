@@ -152,6 +152,96 @@ class BufferPoolTest {
     }
 
     @Test
+    @Timeout(60)
+    void shouldHandCachedBuffersToWaiterWhenTheyAreReleasedWhileItReclaimsMemoryAtCap() throws Exception {
+        GatedRegistrar registrar = new GatedRegistrar();
+        ExecutorService releaser = Executors.newSingleThreadExecutor();
+        ExecutorService waiter = Executors.newSingleThreadExecutor();
+        try (BufferPool pool = new BufferPool(small("256k", "10m", "disabled"), registrar)) {
+            pool.acquire(4 << 10).release(); // an idle chunk of the 4k class, in this thread's cache
+            List<RegisteredBuffer> held = releaser.submit(() -> List.of(pool.acquire(64 << 10),
+                    pool.acquire(64 << 10))).get(); // the other chunk: the pool is at its cap
+            registrar.gateNextClose();
+            // Needs the whole cap: the waiter must deregister the idle chunk, then the one the releaser holds.
+            Future<RegisteredBuffer> large = waiter.submit(() -> pool.acquire(200 << 10));
+            assertTrue(registrar.closing.await(30, TimeUnit.SECONDS), "the waiter never reclaimed the idle chunk");
+            // While the waiter deregisters the idle chunk, the releaser returns its buffers to its own cache.
+            releaser.submit(() -> held.forEach(RegisteredBuffer::release)).get();
+            registrar.proceed.countDown();
+            RegisteredBuffer got = large.get(); // bounded by @Timeout, far below the 10 min acquire timeout
+            assertEquals(200 << 10, got.capacity());
+            got.release();
+            BufferPoolStats s = pool.stats();
+            assertEquals(0, s.timeouts());
+            assertEquals(0, s.inUseBuffers());
+            assertEquals(registrar.counting.liveBytes.get(), s.registeredBytes());
+        } finally {
+            registrar.proceed.countDown();
+            releaser.shutdownNow();
+            waiter.shutdownNow();
+        }
+        assertEquals(0, registrar.counting.live.get());
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldReuseBuffersCachedByAThreadWhenThatThreadHasEnded() throws Exception {
+        CountingRegistrar registrar = new CountingRegistrar();
+        try (BufferPool pool = new BufferPool(small("1m", "1s", "disabled"), registrar)) {
+            Set<RegisteredBuffer> cachedByTheDead = ConcurrentHashMap.newKeySet();
+            Thread worker = new Thread(() -> {
+                RegisteredBuffer a = pool.acquire(64 << 10);
+                RegisteredBuffer b = pool.acquire(64 << 10);
+                cachedByTheDead.add(a);
+                cachedByTheDead.add(b);
+                a.release(); // both into the worker's thread cache
+                b.release();
+            }, "short-lived");
+            worker.start();
+            worker.join();
+            assertEquals(1, pool.stats().registrations());
+            RegisteredBuffer x = pool.acquire(64 << 10);
+            RegisteredBuffer y = pool.acquire(64 << 10);
+            assertEquals(cachedByTheDead, Set.of(x, y), "the ended thread's cached buffers were not reused");
+            BufferPoolStats s = pool.stats();
+            assertEquals(1, s.registrations(), s.toString());
+            assertEquals(1, s.misses(), s.toString());
+            assertEquals(128 << 10, s.registeredBytes());
+            assertEquals(4, s.acquires());
+            assertEquals(2, s.inUseBuffers());
+            x.release();
+            y.release();
+            s = pool.stats();
+            assertEquals(0, s.inUseBuffers());
+            assertEquals(0, s.inUseBytes());
+            assertEquals(s.acquires(), s.releases());
+        }
+        assertEquals(0, registrar.live.get());
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldReturnNullWithoutWaitingWhenTryAcquireFindsThePoolAtItsCap() {
+        try (BufferPool pool = new BufferPool(small("128k", "10m", "disabled"), new CountingRegistrar())) {
+            RegisteredBuffer a = pool.tryAcquire(64 << 10);
+            RegisteredBuffer b = pool.tryAcquire(64 << 10);
+            assertTrue(a != null && b != null);
+            assertEquals(null, pool.tryAcquire(64 << 10)); // at the cap: no wait (10 min would fail @Timeout)
+            assertEquals(null, pool.tryAcquire(100 << 10));
+            BufferPoolStats s = pool.stats();
+            assertEquals(0, s.waits());
+            assertEquals(0, s.timeouts());
+            assertEquals(2, s.inUseBuffers());
+            a.release();
+            RegisteredBuffer c = pool.tryAcquire(60 << 10);
+            assertSame(a, c);
+            c.release();
+            b.release();
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    @Test
     @Timeout(30)
     void shouldDeregisterEmptyChunksOfOtherClassesWhenAtCap() {
         CountingRegistrar registrar = new CountingRegistrar();

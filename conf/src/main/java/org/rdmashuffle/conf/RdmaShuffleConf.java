@@ -62,7 +62,8 @@ public final class RdmaShuffleConf {
     public static final ConfigKey<Integer> MAX_READS_IN_FLIGHT_PER_PEER = declare(ConfigKey.integer(
             PREFIX + "maxReadsInFlightPerPeer", 64, 1, 4096,
             "READs outstanding on one channel at once. The verbs provider lowers it to "
-                    + "`verbs.maxQpReadAtoms` of both ends."));
+                    + "`verbs.maxQpReadAtoms` of both ends. Also the READs (slot, metadata and data) one reduce "
+                    + "task keeps posted to one peer; its further requests wait in the task, not in the channel."));
 
     public static final ConfigKey<Integer> SEND_QUEUE_DEPTH = declare(ConfigKey.integer(PREFIX + "sendQueueDepth",
             4096, 16, 1 << 20,

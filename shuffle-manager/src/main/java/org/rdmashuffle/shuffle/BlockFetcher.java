@@ -1,16 +1,23 @@
 package org.rdmashuffle.shuffle;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.LongAdder;
+import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
 import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.ReadBatch;
+import org.rdmashuffle.transport.ReadListener;
 import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.RegionDescriptor;
 import org.rdmashuffle.transport.TransportException;
@@ -18,12 +25,24 @@ import org.rdmashuffle.transport.TransportException;
 /**
  * Fetches ranges of partitions of remote map outputs with one-sided READs only: the map index's
  * slot in the serving executor's {@link ShuffleOutputTable}, then the output's metadata (both cached
- * in a {@link MetadataCache}, one per shuffle on an executor), then the bytes, into pooled registered buffers. Data READs are bounded by
- * {@code maxBytesInFlight} (a single block larger than the bound goes alone). Finished blocks come
- * out of {@link #next} in completion order, so consuming one overlaps fetching the others.
+ * in a {@link MetadataCache}, one per shuffle on an executor), then the bytes, into pooled registered
+ * buffers. Finished blocks come out of {@link #next} in completion order, so consuming one overlaps
+ * fetching the others.
  *
- * <p>One fetcher serves one reduce task: {@link #add} and {@link #next} from the task's thread;
- * completions run on the transport's thread.
+ * <p><b>Budget.</b> Every READ counts, slot and metadata READs as well as data READs: at most
+ * {@code maxReadsInFlightPerPeer} READs to one peer are posted and not yet taken up by the task, and
+ * at most {@code maxBytesInFlight} bytes are in READs or in blocks not yet closed (a step larger than
+ * either bound goes alone). Requests beyond the budget wait in this fetcher, not in the channel, so
+ * a task with ten thousand blocks from one peer holds a bounded number of buffers and READs.
+ *
+ * <p><b>Threads.</b> One fetcher serves one reduce task: {@link #add}, {@link #next},
+ * {@link #progress} and {@link #close} run on the task's thread (not thread-safe), and that thread
+ * does all the work: it acquires buffers, posts READs, parses slots and metadata and posts each
+ * request's next READ (slot, then metadata, then data). A completion callback, on the transport's
+ * thread, only counts down its step's READs and queues the finished step for the task thread — or,
+ * once the fetcher is closed, returns the step's buffer to the pool itself. So no transport thread
+ * ever waits for the pool or for room in a channel, and a closed fetcher gives back every buffer,
+ * also those of READs that land after {@link #close}.
  */
 public final class BlockFetcher implements AutoCloseable {
     /**
@@ -75,7 +94,7 @@ public final class BlockFetcher implements AutoCloseable {
             return buffer == null ? ByteBuffer.allocate(0) : buffer.byteBuffer().duplicate().clear().limit(length);
         }
 
-        /** Returns the buffer to the pool and the bytes to the in-flight budget. */
+        /** Returns the buffer to the pool and the bytes to the in-flight budget (task thread). */
         @Override
         public void close() {
             if (released) {
@@ -85,269 +104,577 @@ public final class BlockFetcher implements AutoCloseable {
             if (buffer != null) {
                 buffer.release();
             }
-            releaseBudget(length);
+            if (!closed) {
+                bytesInFlight -= length;
+            }
         }
     }
 
-    private record Pending(Request request, RdmaChannel channel, ShuffleOutputTable.Metadata metadata, int bytes) {
+    /** What a request waits for next. */
+    private enum Phase {
+        /** Not started: the metadata cache decides between {@link #SLOT} and {@link #DATA}. */
+        START,
+        /** The map index's slot in the peer's output table. */
+        SLOT,
+        /** The map output's metadata region. */
+        METADATA,
+        /** The block's bytes. */
+        DATA
     }
+
+    /** The READs posted to one peer and the steps waiting for room; task thread only. */
+    private static final class Peer {
+        final ArrayDeque<Step> waiting = new ArrayDeque<>();
+        int readsInFlight;
+    }
+
+    /**
+     * One request on its way through the phases, and the listener of its READs. The task thread owns
+     * every field but the completion state ({@code left}, {@code status}, {@code landedNanos}), which
+     * the transport's thread writes, and {@code buffer}, which a completion landing after close
+     * releases.
+     */
+    private static final class Step implements ReadListener {
+        private static final VarHandle LEFT;
+        private static final VarHandle STATUS;
+
+        static {
+            try {
+                MethodHandles.Lookup l = MethodHandles.lookup();
+                LEFT = l.findVarHandle(Step.class, "left", int.class);
+                STATUS = l.findVarHandle(Step.class, "status", int.class);
+            } catch (ReflectiveOperationException e) {
+                throw new ExceptionInInitializerError(e);
+            }
+        }
+
+        final BlockFetcher fetcher;
+        final Request request;
+        final RdmaChannel channel;
+        final Peer peer;
+        Phase phase = Phase.START;
+        /** READs and bytes the current phase posts (or posted). */
+        int reads;
+        int bytes;
+        RegisteredBuffer buffer;
+        long mapId;
+        RegionDescriptor metadataRegion;
+        ShuffleOutputTable.Metadata metadata;
+        long postedNanos;
+        boolean inFlight;
+        @SuppressWarnings("unused")
+        private volatile int left;
+        private volatile int status;
+        private volatile long landedNanos;
+
+        Step(BlockFetcher fetcher, Request request, RdmaChannel channel, Peer peer) {
+            this.fetcher = fetcher;
+            this.request = request;
+            this.channel = channel;
+            this.peer = peer;
+        }
+
+        void armFor(int readCount) {
+            status = ReadStatus.SUCCESS;
+            left = readCount;
+        }
+
+        /** On the transport's thread (or the poster's, for READs a failing channel never accepted). */
+        @Override
+        public void onReadComplete(long requestId, int st, int lengthBytes) {
+            if (st != ReadStatus.SUCCESS) {
+                STATUS.compareAndSet(this, ReadStatus.SUCCESS, st);
+            }
+            if ((int) LEFT.getAndAdd(this, -1) == 1) {
+                landedNanos = System.nanoTime();
+                fetcher.landed(this);
+            }
+        }
+
+        /** Returns the buffer, once; by the task thread, or by whoever drains a closed fetcher's steps. */
+        void releaseBuffer() {
+            RegisteredBuffer b = buffer;
+            if (b != null) {
+                buffer = null;
+                b.release();
+            }
+        }
+    }
+
+    private static final int DEFAULT_READS_IN_FLIGHT_PER_PEER =
+            Integer.parseInt(RdmaShuffleConf.MAX_READS_IN_FLIGHT_PER_PEER.defaultValue());
+    private static final MapOutputLayout.PieceConsumer COUNT_ONLY = (region, offset, length) -> { };
 
     private final RdmaNode node;
     private final BufferPool pool;
     private final long maxBytesInFlight;
+    private final int maxReadsInFlightPerPeer;
     private final int readBlockBytes;
     private final long timeoutMs;
     private final MetadataCache metadataCache;
-    private final LongAdder controlBytesRead = new LongAdder();
-    private final LinkedBlockingQueue<Object> done = new LinkedBlockingQueue<>();
-    private final ArrayDeque<Pending> waitingForBudget = new ArrayDeque<>();
-    private long bytesInFlight;
-    private int outstanding;
-    private boolean closed;
+    /** Steps whose READs all completed, for the task thread; drained by close. */
+    private final LinkedBlockingQueue<Step> landedSteps = new LinkedBlockingQueue<>();
+    private volatile boolean closed;
 
-    /** A fetcher with a metadata cache of its own. */
+    // Task thread only.
+    private final Map<NodeAddress, Peer> peers = new HashMap<>();
+    private final List<Peer> peerList = new ArrayList<>();
+    /** Results that need no further READ (failures, empty blocks), in order. */
+    private final ArrayDeque<Object> ready = new ArrayDeque<>();
+    /** Steps in the order their READs were posted; the head may be stale (no longer in flight). */
+    private final ArrayDeque<Step> postedOrder = new ArrayDeque<>();
+    private final ReadBatch batch = new ReadBatch(8);
+    private Step filling;
+    private int fillAt;
+    private final MapOutputLayout.PieceConsumer addPiece = this::addPiece;
+    private long bytesInFlight;
+    private int readsInFlight;
+    private int outstanding;
+    private long controlBytesRead;
+
+    /** A fetcher with a metadata cache of its own and the default bound on READs per peer. */
     public BlockFetcher(RdmaNode node, BufferPool pool, long maxBytesInFlight, int readBlockBytes, long timeoutMs) {
-        this(node, pool, new MetadataCache(), maxBytesInFlight, readBlockBytes, timeoutMs);
+        this(node, pool, new MetadataCache(), maxBytesInFlight, DEFAULT_READS_IN_FLIGHT_PER_PEER, readBlockBytes,
+                timeoutMs);
     }
 
-    /** A fetcher sharing {@code metadataCache} (one per shuffle on an executor) with other fetchers. */
+    /**
+     * A fetcher sharing {@code metadataCache} (one per shuffle on an executor) with other fetchers.
+     *
+     * @param maxBytesInFlight bytes in READs and in blocks not yet closed
+     * @param maxReadsInFlightPerPeer READs posted to one peer and not yet taken up by the task
+     * @param readBlockBytes the longest single READ
+     * @param timeoutMs how long {@link #next} waits without any READ landing
+     */
     public BlockFetcher(RdmaNode node, BufferPool pool, MetadataCache metadataCache, long maxBytesInFlight,
-                        int readBlockBytes, long timeoutMs) {
+                        int maxReadsInFlightPerPeer, int readBlockBytes, long timeoutMs) {
+        if (maxBytesInFlight < 1 || maxReadsInFlightPerPeer < 1 || readBlockBytes < 1 || timeoutMs < 1) {
+            throw new IllegalArgumentException("bounds must be positive: " + maxBytesInFlight + " bytes, "
+                    + maxReadsInFlightPerPeer + " READs per peer, READs of " + readBlockBytes + " bytes, "
+                    + timeoutMs + " ms");
+        }
         this.metadataCache = metadataCache;
         this.node = node;
         this.pool = pool;
         this.maxBytesInFlight = maxBytesInFlight;
+        this.maxReadsInFlightPerPeer = maxReadsInFlightPerPeer;
         this.readBlockBytes = readBlockBytes;
         this.timeoutMs = timeoutMs;
     }
 
-    /** Starts fetching {@code r}; its block (or failure) comes out of {@link #next}. */
+    /**
+     * Queues {@code r}; its block (or failure) comes out of {@link #next}. Posts what the budget allows
+     * at once, never waiting for the pool.
+     */
     public void add(Request r) {
-        synchronized (this) {
-            if (closed) {
-                throw new IllegalStateException("fetcher closed");
-            }
-            outstanding++;
+        if (closed) {
+            throw new IllegalStateException("fetcher closed");
         }
+        outstanding++;
         RdmaChannel ch;
         try {
             ch = node.connect(r.peer()); // on the task's thread: completions never wait for a connect
         } catch (TransportException e) {
-            fail(r, "cannot connect", e);
+            ready.add(failure(r, "cannot connect", e));
             return;
         }
-        ShuffleOutputTable.Metadata m = metadataCache.get(r.peer(), r.table().rkey(), r.mapIndex(), r.mapId());
-        if (m != null) {
-            fetchData(r, ch, m);
-        } else {
-            fetchSlot(r, ch);
+        Peer p = peers.get(r.peer());
+        if (p == null) {
+            p = new Peer();
+            peers.put(r.peer(), p);
+            peerList.add(p);
         }
+        p.waiting.add(new Step(this, r, ch, p));
+        pump(false);
     }
 
     /** Blocks still to come out of {@link #next}. */
-    public synchronized int outstanding() {
+    public int outstanding() {
         return outstanding;
     }
 
     /**
-     * The next finished block, waiting up to the request timeout.
+     * Takes up READs that have landed and posts the follow-ups the budget allows, without waiting;
+     * for the task thread between other work (e.g. while it reads local blocks).
+     */
+    public void progress() {
+        if (closed) {
+            return;
+        }
+        Step s;
+        while ((s = landedSteps.poll()) != null) {
+            Object result = takeUp(s);
+            if (result != null) {
+                ready.add(result);
+            }
+        }
+        pump(false);
+    }
+
+    /**
+     * The next finished block. Waits while READs are in flight, each wait bounded by the request
+     * timeout since the last READ landed.
      *
-     * @throws FetchFailure naming the request when it failed or nothing arrived in time
+     * @throws FetchFailure naming the request when it failed, or naming the oldest request still
+     *     outstanding when nothing landed in time
+     * @throws IllegalStateException when closed or when no block is outstanding
      */
     public Block next() throws FetchFailure, InterruptedException {
-        Object o = done.poll(timeoutMs, TimeUnit.MILLISECONDS);
-        if (o == null) {
-            throw new FetchFailure(null, "no block arrived within " + timeoutMs + " ms", null);
+        if (closed) {
+            throw new IllegalStateException("fetcher closed");
         }
-        synchronized (this) {
-            outstanding--;
+        if (outstanding == 0) {
+            throw new IllegalStateException("no block outstanding");
         }
-        if (o instanceof FetchFailure f) {
-            throw f;
-        }
-        return (Block) o;
-    }
-
-    private void fail(Request r, String what, Throwable cause) {
-        done.add(new FetchFailure(r, what + " (map index " + r.mapIndex() + " at " + r.peer() + ")", cause));
-    }
-
-    private void fetchSlot(Request r, RdmaChannel ch) {
-        RegisteredBuffer b;
-        try {
-            b = pool.acquire(ShuffleOutputTable.SLOT_BYTES);
-            long at = r.table().address() + (long) r.mapIndex() * ShuffleOutputTable.SLOT_BYTES;
-            ch.post(new ReadBatch(1).add(at, r.table().rkey(), ShuffleOutputTable.SLOT_BYTES, b, 0, 0),
-                    (id, st, len) -> onSlot(r, ch, b, st, len));
-        } catch (TransportException | RuntimeException e) {
-            fail(r, "cannot read the output table", e);
-        }
-    }
-
-    private void onSlot(Request r, RdmaChannel ch, RegisteredBuffer b, int status, int length) {
-        ShuffleOutputTable.Slot slot;
-        try {
-            if (status != ReadStatus.SUCCESS) {
-                fail(r, "output table READ failed: " + ReadStatus.describe(status), null);
-                return;
+        long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+        long deadline = System.nanoTime() + timeoutNanos;
+        for (;;) {
+            Object result = ready.poll();
+            Step s;
+            while (result == null && (s = landedSteps.poll()) != null) {
+                deadline = System.nanoTime() + timeoutNanos;
+                result = takeUp(s);
             }
-            controlBytesRead.add(length);
-            slot = ShuffleOutputTable.Slot.parse(b.byteBuffer().duplicate().clear());
-        } catch (RuntimeException e) {
-            fail(r, "corrupt output table", e);
-            return;
-        } finally {
-            b.release();
-        }
-        if (!slot.published()) {
-            fail(r, "map output not registered at the peer (lost or never written)", null);
-            return;
-        }
-        if (r.mapId() != Request.ANY_MAP_ID && slot.mapId() != r.mapId()) {
-            fail(r, "the peer serves map attempt " + slot.mapId() + ", not attempt " + r.mapId()
-                    + " that the MapOutputTracker names", null);
-            return;
-        }
-        RegionDescriptor md = slot.metadata();
-        try {
-            RegisteredBuffer mb = pool.acquire((int) md.length());
-            ch.post(new ReadBatch(1).add(md.address(), md.rkey(), (int) md.length(), mb, 0, 0),
-                    (id, st, len) -> onMetadata(r, ch, mb, slot.mapId(), (int) md.length(), st));
-        } catch (TransportException | RuntimeException e) {
-            fail(r, "cannot read map output metadata", e);
-        }
-    }
-
-    private void onMetadata(Request r, RdmaChannel ch, RegisteredBuffer b, long mapId, int length, int status) {
-        ShuffleOutputTable.Metadata m;
-        try {
-            if (status != ReadStatus.SUCCESS) {
-                fail(r, "metadata READ failed: " + ReadStatus.describe(status), null);
-                return;
+            if (result != null) {
+                outstanding--;
+                pump(false); // keep READs flowing while the caller decodes this block
+                if (result instanceof FetchFailure f) {
+                    throw f;
+                }
+                return (Block) result;
             }
-            controlBytesRead.add(length);
-            m = ShuffleOutputTable.Metadata.parse(b.byteBuffer().duplicate().clear().limit(length));
-        } catch (RuntimeException e) {
-            fail(r, "corrupt map output metadata", e);
-            return;
-        } finally {
-            b.release();
+            pump(true);
+            if (!ready.isEmpty() || !landedSteps.isEmpty()) {
+                continue;
+            }
+            long left = deadline - System.nanoTime();
+            if (left <= 0) {
+                throw timedOut();
+            }
+            s = landedSteps.poll(left, TimeUnit.NANOSECONDS);
+            if (s != null) {
+                deadline = System.nanoTime() + timeoutNanos;
+                result = takeUp(s);
+                if (result != null) {
+                    ready.addFirst(result);
+                }
+            }
         }
-        metadataCache.put(r.peer(), r.table().rkey(), r.mapIndex(), mapId, m);
-        fetchData(r, ch, m);
     }
 
-    private void fetchData(Request r, RdmaChannel ch, ShuffleOutputTable.Metadata m) {
+    /** The request of the oldest READ still in flight, or of the first step still waiting; null if none. */
+    public Request oldestOutstanding() {
+        prunePosted();
+        Step s = postedOrder.peek();
+        if (s != null) {
+            return s.request;
+        }
+        for (Peer p : peerList) {
+            if (!p.waiting.isEmpty()) {
+                return p.waiting.peek().request;
+            }
+        }
+        return null;
+    }
+
+    private FetchFailure timedOut() {
+        Request r = oldestOutstanding();
+        String which = r == null ? "" : "; oldest outstanding: map index " + r.mapIndex() + " at " + r.peer();
+        return new FetchFailure(r, "no block arrived within " + timeoutMs + " ms" + which, null);
+    }
+
+    private void prunePosted() {
+        while (!postedOrder.isEmpty() && !postedOrder.peek().inFlight) {
+            postedOrder.poll();
+        }
+    }
+
+    private static FetchFailure failure(Request r, String what, Throwable cause) {
+        return new FetchFailure(r, what + " (map index " + r.mapIndex() + " at " + r.peer() + ")", cause);
+    }
+
+    // ---- posting, on the task thread ----
+
+    /**
+     * Posts waiting steps while the budget allows. Buffers are taken without waiting; only when
+     * nothing else can make progress (no READ in flight, nothing landed or ready) and {@code mayWait},
+     * it waits for the pool, up to the pool's acquire timeout.
+     */
+    private void pump(boolean mayWait) {
+        for (int i = 0; i < peerList.size() && !closed; i++) {
+            Peer p = peerList.get(i);
+            Step s;
+            while ((s = p.waiting.peek()) != null) {
+                if (s.phase == Phase.START && !start(s)) {
+                    p.waiting.poll(); // finished without a READ (an empty block or a failure)
+                    continue;
+                }
+                if (p.readsInFlight > 0 && p.readsInFlight + s.reads > maxReadsInFlightPerPeer) {
+                    break; // this peer has enough in flight; try the next one
+                }
+                if (bytesInFlight > 0 && bytesInFlight + s.bytes > maxBytesInFlight) {
+                    return; // the task's budget is spent: later steps wait their turn
+                }
+                RegisteredBuffer b;
+                try {
+                    b = pool.tryAcquire(s.bytes);
+                    if (b == null) {
+                        if (!mayWait || readsInFlight > 0 || !landedSteps.isEmpty() || !ready.isEmpty()) {
+                            return; // what is in flight or landed frees buffers or gives the caller work
+                        }
+                        b = pool.acquire(s.bytes);
+                    }
+                } catch (RuntimeException e) {
+                    p.waiting.poll();
+                    ready.add(failure(s.request, "no receive buffer for the " + s.phase.name().toLowerCase()
+                            + " READ", e));
+                    continue;
+                }
+                p.waiting.poll();
+                post(s, b);
+            }
+        }
+    }
+
+    /**
+     * Decides a new step's first phase: data when the metadata is cached, else the slot.
+     *
+     * @return false when the step finished without a READ (its result is ready)
+     */
+    private boolean start(Step s) {
+        Request r = s.request;
+        ShuffleOutputTable.Metadata m = metadataCache.get(r.peer(), r.table().rkey(), r.mapIndex(), r.mapId());
+        if (m != null) {
+            Object done = toData(s, m);
+            if (done != null) {
+                ready.add(done);
+                return false;
+            }
+            return true;
+        }
+        s.phase = Phase.SLOT;
+        s.reads = 1;
+        s.bytes = ShuffleOutputTable.SLOT_BYTES;
+        return true;
+    }
+
+    /**
+     * Prepares the data phase.
+     *
+     * @return the step's result when it needs no READ (an empty block or a failure), else null
+     */
+    private Object toData(Step s, ShuffleOutputTable.Metadata m) {
+        Request r = s.request;
         long bytes;
+        int pieces;
         try {
             bytes = m.layout().bytesOf(r.startPartition(), r.endPartition());
+            pieces = m.layout().forEachPiece(r.startPartition(), r.endPartition(), readBlockBytes, COUNT_ONLY);
         } catch (RuntimeException e) {
-            fail(r, "partition range outside the map output", e);
-            return;
+            return failure(r, "partition range outside the map output", e);
         }
         if (bytes == 0) {
-            done.add(new Block(r, null, 0, 0));
-            return;
+            return new Block(r, null, 0, 0);
         }
         if (bytes > Integer.MAX_VALUE - 8) {
-            fail(r, "block of " + bytes + " bytes exceeds 2 GiB", null);
-            return;
+            return failure(r, "block of " + bytes + " bytes exceeds 2 GiB", null);
         }
-        synchronized (this) {
-            if (bytesInFlight > 0 && bytesInFlight + bytes > maxBytesInFlight) {
-                waitingForBudget.add(new Pending(r, ch, m, (int) bytes));
-                return;
-            }
-            bytesInFlight += bytes;
-        }
-        readData(r, ch, m, (int) bytes);
+        s.phase = Phase.DATA;
+        s.metadata = m;
+        s.reads = pieces;
+        s.bytes = (int) bytes;
+        return null;
     }
 
-    private void readData(Request r, RdmaChannel ch, ShuffleOutputTable.Metadata m, int bytes) {
-        RegisteredBuffer b;
+    private void addPiece(int region, int offset, int length) {
+        RegionDescriptor d = filling.metadata.regions()[region];
+        batch.add(d.address() + offset, d.rkey(), length, filling.buffer, fillAt, fillAt);
+        fillAt += length;
+    }
+
+    private void post(Step s, RegisteredBuffer b) {
+        Request r = s.request;
+        s.buffer = b;
         try {
-            b = pool.acquire(bytes);
+            switch (s.phase) {
+                case SLOT -> batch.add(r.table().address() + (long) r.mapIndex() * ShuffleOutputTable.SLOT_BYTES,
+                        r.table().rkey(), ShuffleOutputTable.SLOT_BYTES, b, 0, 0);
+                case METADATA -> batch.add(s.metadataRegion.address(), s.metadataRegion.rkey(), s.bytes, b, 0, 0);
+                case DATA -> {
+                    filling = s;
+                    fillAt = 0;
+                    s.metadata.layout().forEachPiece(r.startPartition(), r.endPartition(), readBlockBytes, addPiece);
+                    filling = null;
+                }
+                default -> throw new IllegalStateException("nothing to post in phase " + s.phase);
+            }
         } catch (RuntimeException e) {
-            releaseBudget(bytes);
-            fail(r, "no buffer for the block", e);
+            batch.clear();
+            s.releaseBuffer();
+            ready.add(failure(r, "cannot build the " + s.phase.name().toLowerCase() + " READs", e));
             return;
         }
-        ReadBatch batch = new ReadBatch(8);
-        int[] at = {0};
-        m.layout().forEachPiece(r.startPartition(), r.endPartition(), readBlockBytes, (region, off, len) -> {
-            RegionDescriptor d = m.regions()[region];
-            batch.add(d.address() + off, d.rkey(), len, b, at[0], at[0]);
-            at[0] += len;
-        });
-        int[] left = {batch.size()};
-        long posted = System.nanoTime();
-        int[] firstError = {ReadStatus.SUCCESS};
+        s.reads = batch.size();
+        s.armFor(s.reads);
+        s.inFlight = true;
+        s.postedNanos = System.nanoTime();
+        s.peer.readsInFlight += s.reads;
+        readsInFlight += s.reads;
+        bytesInFlight += s.bytes;
+        postedOrder.add(s);
         try {
-            ch.post(batch, (id, st, len) -> {
-                if (st != ReadStatus.SUCCESS && firstError[0] == ReadStatus.SUCCESS) {
-                    firstError[0] = st;
-                }
-                if (--left[0] == 0) {
-                    if (firstError[0] == ReadStatus.SUCCESS) {
-                        done.add(new Block(r, b, bytes, System.nanoTime() - posted));
-                    } else {
-                        b.release();
-                        releaseBudget(bytes);
-                        fail(r, "data READ failed: " + ReadStatus.describe(firstError[0]), null);
-                    }
-                }
-            });
+            s.channel.post(batch, s);
         } catch (TransportException | RuntimeException e) {
-            b.release();
-            releaseBudget(bytes);
-            fail(r, "cannot post data READs", e);
+            // Nothing was posted: no completion will come.
+            s.inFlight = false;
+            s.peer.readsInFlight -= s.reads;
+            readsInFlight -= s.reads;
+            bytesInFlight -= s.bytes;
+            s.releaseBuffer();
+            ready.add(failure(r, "cannot post the " + s.phase.name().toLowerCase() + " READs", e));
+        } finally {
+            batch.clear();
         }
     }
 
-    private void releaseBudget(long bytes) {
-        ArrayDeque<Pending> start = null;
-        synchronized (this) {
-            bytesInFlight -= bytes;
-            Pending p;
-            while ((p = waitingForBudget.peek()) != null
-                    && (bytesInFlight == 0 || bytesInFlight + p.bytes() <= maxBytesInFlight)) {
-                waitingForBudget.poll();
-                bytesInFlight += p.bytes();
-                if (start == null) {
-                    start = new ArrayDeque<>();
-                }
-                start.add(p);
-            }
+    // ---- completions ----
+
+    /**
+     * A step's READs have all completed: queue it for the task thread, or, when the fetcher is
+     * closed, return its buffer here. Never blocks. Runs on the transport's thread.
+     */
+    private void landed(Step s) {
+        if (closed) {
+            s.releaseBuffer();
+            return;
         }
-        if (start != null) {
-            for (Pending p : start) {
-                readData(p.request(), p.channel(), p.metadata(), p.bytes());
+        landedSteps.add(s);
+        if (closed) {
+            drainLanded(); // close() may have drained before this step arrived
+        }
+    }
+
+    private void drainLanded() {
+        Step s;
+        while ((s = landedSteps.poll()) != null) {
+            s.releaseBuffer();
+        }
+    }
+
+    /**
+     * Takes up a landed step on the task thread: parses a slot or metadata and queues the next phase
+     * first in its peer's line, or makes the block.
+     *
+     * @return the step's result (a {@link Block} or a {@link FetchFailure}), or null when it goes on
+     */
+    private Object takeUp(Step s) {
+        s.inFlight = false;
+        s.peer.readsInFlight -= s.reads;
+        readsInFlight -= s.reads;
+        prunePosted();
+        int status = s.status;
+        Request r = s.request;
+        switch (s.phase) {
+            case SLOT -> {
+                bytesInFlight -= s.bytes;
+                ShuffleOutputTable.Slot slot;
+                try {
+                    if (status != ReadStatus.SUCCESS) {
+                        return failure(r, "output table READ failed: " + ReadStatus.describe(status), null);
+                    }
+                    controlBytesRead += s.bytes;
+                    slot = ShuffleOutputTable.Slot.parse(s.buffer.byteBuffer().duplicate().clear());
+                } catch (RuntimeException e) {
+                    return failure(r, "corrupt output table", e);
+                } finally {
+                    s.releaseBuffer();
+                }
+                if (!slot.published()) {
+                    return failure(r, "map output not registered at the peer (lost or never written)", null);
+                }
+                if (r.mapId() != Request.ANY_MAP_ID && slot.mapId() != r.mapId()) {
+                    return failure(r, "the peer serves map attempt " + slot.mapId() + ", not attempt " + r.mapId()
+                            + " that the MapOutputTracker names", null);
+                }
+                RegionDescriptor md = slot.metadata();
+                if (md.length() < 1 || md.length() > Integer.MAX_VALUE - 8) {
+                    return failure(r, "corrupt output table: metadata of " + md.length() + " bytes", null);
+                }
+                s.phase = Phase.METADATA;
+                s.mapId = slot.mapId();
+                s.metadataRegion = md;
+                s.reads = 1;
+                s.bytes = (int) md.length();
+                s.peer.waiting.addFirst(s);
+                return null;
             }
+            case METADATA -> {
+                bytesInFlight -= s.bytes;
+                ShuffleOutputTable.Metadata m;
+                try {
+                    if (status != ReadStatus.SUCCESS) {
+                        return failure(r, "metadata READ failed: " + ReadStatus.describe(status), null);
+                    }
+                    controlBytesRead += s.bytes;
+                    m = ShuffleOutputTable.Metadata.parse(s.buffer.byteBuffer().duplicate().clear().limit(s.bytes));
+                } catch (RuntimeException e) {
+                    return failure(r, "corrupt map output metadata", e);
+                } finally {
+                    s.releaseBuffer();
+                }
+                metadataCache.put(r.peer(), r.table().rkey(), r.mapIndex(), s.mapId, m);
+                Object done = toData(s, m);
+                if (done != null) {
+                    return done;
+                }
+                s.peer.waiting.addFirst(s);
+                return null;
+            }
+            case DATA -> {
+                if (status != ReadStatus.SUCCESS) {
+                    bytesInFlight -= s.bytes;
+                    s.releaseBuffer();
+                    return failure(r, "data READ failed: " + ReadStatus.describe(status), null);
+                }
+                RegisteredBuffer b = s.buffer;
+                s.buffer = null; // the block owns it now; its bytes stay in the budget until it is closed
+                return new Block(r, b, s.bytes, s.landedNanos - s.postedNanos);
+            }
+            default -> throw new IllegalStateException("a step landed in phase " + s.phase);
         }
     }
 
     /** Bytes this fetcher READ from output tables and metadata regions (not block data). */
     public long controlBytesRead() {
-        return controlBytesRead.sum();
+        return controlBytesRead;
     }
 
-    /** Bytes of data READs outstanding or held in blocks not yet closed. */
-    public synchronized long bytesInFlight() {
+    /** Bytes in READs in flight or held in blocks not yet closed. */
+    public long bytesInFlight() {
         return bytesInFlight;
     }
 
-    /** Releases blocks never taken out; later completions release their own buffers. */
+    /** READs posted and not yet taken up, to every peer. */
+    public int readsInFlight() {
+        return readsInFlight;
+    }
+
+    /**
+     * Stops posting and returns every buffer: those of READs that landed now, and — through their
+     * completions — those of READs still in flight. Blocks already handed out stay valid until closed.
+     * Idempotent.
+     */
     @Override
     public void close() {
-        synchronized (this) {
-            closed = true;
-            waitingForBudget.clear();
+        if (closed) {
+            return;
         }
-        Object o;
-        while ((o = done.poll()) != null) {
-            if (o instanceof Block b) {
-                b.close();
-            }
+        closed = true;
+        for (Peer p : peerList) {
+            p.waiting.clear();
         }
+        ready.clear(); // failures and empty blocks: no buffers
+        postedOrder.clear();
+        drainLanded();
     }
 }

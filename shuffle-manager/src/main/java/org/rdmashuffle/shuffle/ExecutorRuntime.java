@@ -50,14 +50,19 @@ final class ExecutorRuntime implements AutoCloseable {
         }
         NodeOptions options = new NodeOptions(host, host, ControlProtocol.tables(this::localTable), secret);
         this.node = RdmaTransport.open(conf, options);
+        BufferPool p = null;
         try {
-            this.pool = new BufferPool(BufferPoolOptions.from(conf), node.sinkRegistrar());
+            p = new BufferPool(BufferPoolOptions.from(conf), node.sinkRegistrar());
             this.directory = new NodeDirectory.Client(env.conf(), env.rpcEnv());
             directory.register(executorId, node.localAddress());
         } catch (RuntimeException e) {
             node.close();
+            if (p != null) {
+                p.close();
+            }
             throw e;
         }
+        this.pool = p;
         LOG.info("rdma-shuffle executor {} serving on {}", executorId, node.localAddress());
     }
 
@@ -153,7 +158,7 @@ final class ExecutorRuntime implements AutoCloseable {
         for (Integer id : tables.keySet()) {
             unregisterShuffle(id);
         }
+        node.close(); // first: its channels stop and complete their READs before their buffers' memory goes
         pool.close();
-        node.close();
     }
 }

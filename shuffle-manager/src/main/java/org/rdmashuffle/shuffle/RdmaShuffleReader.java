@@ -35,12 +35,13 @@ import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * A reduce task's reader: remote blocks with one-sided READs (all requests posted up front, bounded
- * by bytes in flight, so fetching overlaps decoding), local blocks straight from disk (read while
- * the remote ones are in flight), each decoded through Spark's SerializerManager and the shuffle's
- * serializer, then aggregated and sorted as Spark's own reader does. Reports Spark's shuffle read
- * metrics and merges them into the task's when done. A block that cannot be fetched becomes a
- * {@code FetchFailedException} naming its map and reduce ids, so Spark reruns the map stage.
+ * A reduce task's reader: remote blocks with one-sided READs (every request handed to the
+ * {@link BlockFetcher} up front, which posts them within its budget, so fetching overlaps decoding),
+ * local blocks straight from disk (read while the remote ones are in flight), each decoded through
+ * Spark's SerializerManager and the shuffle's serializer, then aggregated and sorted as Spark's own
+ * reader does. Reports Spark's shuffle read metrics and merges them into the task's when done. A
+ * block that cannot be fetched becomes a {@code FetchFailedException} naming its map and reduce ids,
+ * so Spark reruns the map stage.
  */
 final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
     private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleReader.class);
@@ -157,7 +158,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             this.rt = rt;
             this.local = local;
             this.fetcher = new BlockFetcher(rt.node, rt.pool, rt.metadataCache(handle.shuffleId()),
-                    rt.conf.maxBytesInFlight(), rt.conf.readBlockSizeBytes(), rt.conf.requestTimeoutMs());
+                    rt.conf.maxBytesInFlight(), rt.conf.maxReadsInFlightPerPeer(), rt.conf.readBlockSizeBytes(),
+                    rt.conf.requestTimeoutMs());
             context.addTaskCompletionListener((TaskCompletionListener) c -> finish());
             for (Origin o : remote) {
                 BlockFetcher.Request r = new BlockFetcher.Request(o.peer(), tables.get(o.address()), o.mapIndex(),
@@ -172,6 +174,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             while (current == null || !current.hasNext()) {
                 releaseCurrent();
                 if (nextLocal < local.size()) {
+                    fetcher.progress(); // post the remote blocks' next READs between local ones
                     current = openLocal(local.get(nextLocal++));
                 } else if (fetcher.outstanding() > 0) {
                     current = nextRemote();
@@ -210,7 +213,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             try {
                 block = fetcher.next();
             } catch (FetchFailure f) {
-                Origin o = f.request() == null ? origins.values().iterator().next() : origins.get(f.request());
+                Origin o = blame(f);
                 rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
                 throw fetchFailed(o, f);
             } catch (InterruptedException e) {
@@ -225,6 +228,16 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
             return SparkInterop.records(env.serializerManager(), serializer, o.blockId(),
                     new ByteBufferInputStream(block.bytes()));
+        }
+
+        /** The origin a failure names, else that of the oldest block still outstanding. */
+        private Origin blame(FetchFailure f) {
+            Origin o = f.request() == null ? null : origins.get(f.request());
+            if (o == null) {
+                BlockFetcher.Request oldest = fetcher.oldestOutstanding();
+                o = oldest == null ? null : origins.get(oldest);
+            }
+            return o != null ? o : origins.values().iterator().next();
         }
 
         private void releaseCurrent() {
@@ -256,8 +269,14 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         }
     }
 
+    /**
+     * Aggregates and sorts as Spark's reader does. Records are read through an
+     * {@link InterruptibleIterator}, so a killed task stops reading (and aggregating and sorting) at
+     * its next record, not after its last.
+     */
     @SuppressWarnings({"unchecked", "rawtypes"})
-    private Iterator<Product2<K, C>> decodeAndCombine(Iterator<Product2<Object, Object>> records) {
+    private Iterator<Product2<K, C>> decodeAndCombine(Iterator<Product2<Object, Object>> blockRecords) {
+        Iterator<Product2<Object, Object>> records = new InterruptibleIterator<>(context, blockRecords);
         ShuffleDependency<K, Object, C> dep = handle.dependency();
         Iterator<Product2<K, C>> result;
         if (dep.aggregator().isDefined()) {
@@ -274,6 +293,6 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     dep.keyOrdering(), dep.serializer(), new org.apache.spark.shuffle.checksum.RowBasedChecksum[0]);
             result = sorter.insertAllAndUpdateMetrics((Iterator) result);
         }
-        return new InterruptibleIterator<>(context, result);
+        return result instanceof InterruptibleIterator ? result : new InterruptibleIterator<>(context, result);
     }
 }

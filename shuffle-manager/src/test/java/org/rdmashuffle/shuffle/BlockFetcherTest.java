@@ -1,28 +1,46 @@
 package org.rdmashuffle.shuffle;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.SplittableRandom;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
 import org.rdmashuffle.pool.BufferPoolOptions;
+import org.rdmashuffle.pool.RegisteredBuffer;
+import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
+import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RdmaTransport;
+import org.rdmashuffle.transport.ReadBatch;
+import org.rdmashuffle.transport.ReadStatus;
 
 class BlockFetcherTest {
     private static final RdmaShuffleConf CONF = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
             "spark.shuffle.rdma.pool.leakDetection", "paranoid"));
+    /** READs a fetcher keeps outstanding to one peer unless told otherwise (the configuration's default). */
+    private static final int MAX_READS_PER_PEER = CONF.maxReadsInFlightPerPeer();
     private static final int MAPS = 6;
     private static final int PARTS = 5;
 
@@ -116,6 +134,224 @@ class BlockFetcherTest {
             assertEquals(lost, g.request());
             assertEquals(0, fetcher.bytesInFlight());
             assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    // ---- bounded work, early ends and completions that must not block ----
+
+    /** Map outputs of random bytes, published in one output table. */
+    private static final class Outputs {
+        final byte[][] data;
+        final long[][] offsets;
+        final ShuffleOutputTable table;
+
+        Outputs(RdmaNode executor, Path dir, int shuffleId, int maps, int parts, int maxPartBytes, long seed)
+                throws Exception {
+            SplittableRandom rnd = new SplittableRandom(seed);
+            data = new byte[maps][];
+            offsets = new long[maps][];
+            table = new ShuffleOutputTable(executor, shuffleId, maps);
+            for (int m = 0; m < maps; m++) {
+                offsets[m] = new long[parts + 1];
+                for (int p = 1; p <= parts; p++) {
+                    offsets[m][p] = offsets[m][p - 1] + rnd.nextInt(maxPartBytes + 1);
+                }
+                data[m] = new byte[(int) offsets[m][parts]];
+                rnd.nextBytes(data[m]);
+                Path f = dir.resolve("shuffle_" + shuffleId + "_" + m + "_0.data");
+                Files.write(f, data[m]);
+                table.publish(m, m, RegisteredMapOutput.register(executor, f, new MapOutputLayout(offsets[m], 1 << 30)));
+            }
+        }
+
+        BlockFetcher.Request request(NodeAddress peer, int map, int start, int end) {
+            return new BlockFetcher.Request(peer, table.descriptor(), map, map, start, end);
+        }
+
+        void assertBytes(BlockFetcher.Block b) {
+            BlockFetcher.Request r = b.request();
+            int from = (int) offsets[r.mapIndex()][r.startPartition()];
+            int to = (int) offsets[r.mapIndex()][r.endPartition()];
+            assertEquals(to - from, b.length(), "length of " + r);
+            assertEquals(-1, b.bytes().mismatch(ByteBuffer.wrap(data[r.mapIndex()], from, to - from)), "bytes of " + r);
+        }
+    }
+
+    /** Polls {@code condition} every 10 ms until it holds or {@code seconds} have passed. */
+    private static boolean eventually(int seconds, BooleanSupplier condition) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                return false;
+            }
+            Thread.sleep(10);
+        }
+        return true;
+    }
+
+    @Test
+    @Timeout(180)
+    void shouldDeliverEveryBlockWhenOneTaskFetchesOver10000BlocksFromOnePeer(@TempDir Path dir) throws Exception {
+        int maps = 40;
+        int parts = 300;
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 7, maps, parts, 600, 5);
+            try (ShuffleOutputTable table = out.table;
+                 BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 60_000)) {
+                for (int p = 0; p < parts; p++) { // reducer-like order: every map's block of a partition
+                    for (int m = 0; m < maps; m++) {
+                        fetcher.add(out.request(executor.localAddress(), m, p, p + 1));
+                    }
+                }
+                // Every posted READ holds a receive buffer: buffers in use show the work queued on the channel.
+                int bound = MAX_READS_PER_PEER + 1; // the READs in flight to the one peer, and the block in hand
+                assertTrue(pool.stats().inUseBuffers() <= bound, "after adding: " + pool.stats());
+                int got = 0;
+                long maxInUse = 0;
+                while (fetcher.outstanding() > 0) {
+                    try (BlockFetcher.Block b = fetcher.next()) {
+                        out.assertBytes(b);
+                        got++;
+                        maxInUse = Math.max(maxInUse, pool.stats().inUseBuffers());
+                        assertTrue(fetcher.readsInFlight() <= MAX_READS_PER_PEER, "READs in flight "
+                                + fetcher.readsInFlight());
+                        assertTrue(fetcher.bytesInFlight() <= 1 << 20, "bytes in flight " + fetcher.bytesInFlight());
+                    }
+                }
+                assertTrue(maxInUse <= bound, "buffers in use while fetching: " + maxInUse);
+                assertEquals(maps * parts, got);
+                assertEquals(0, fetcher.bytesInFlight());
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
+            assertEquals(0, pool.stats().leaksDetected());
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldReturnEveryBufferWhenClosedWhileReadsAreOutstanding(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 8, 12, 4, 400_000, 6);
+            try (ShuffleOutputTable table = out.table) {
+                BlockFetcher fetcher = new BlockFetcher(reducer, pool, 16 << 20, 256 << 10, 60_000);
+                for (int round = 0; round < 8; round++) {
+                    for (int m = 0; m < 12; m++) {
+                        fetcher.add(out.request(executor.localAddress(), m, 0, 4));
+                    }
+                }
+                try (BlockFetcher.Block first = fetcher.next()) {
+                    out.assertBytes(first);
+                }
+                long completedAtClose = reducer.stats().readsCompleted() + reducer.stats().readsFailed();
+                fetcher.close(); // as a task that ends early: the other READs are still on the wire
+                assertTrue(eventually(60, () -> pool.stats().inUseBuffers() == 0),
+                        "receive buffers still held after the fetcher closed: " + pool.stats());
+                assertTrue(reducer.stats().readsCompleted() + reducer.stats().readsFailed() > completedAtClose,
+                        "no READ completed after close, so none was outstanding: " + reducer.stats());
+                assertEquals(0, pool.stats().inUseBytes());
+                assertEquals(0, pool.stats().leaksDetected());
+            }
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldKeepCompletionsFlowingWhenThePoolIsAtItsCap(@TempDir Path dir) throws Exception {
+        RdmaShuffleConf small = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+                "spark.shuffle.rdma.pool.leakDetection", "paranoid",
+                "spark.shuffle.rdma.pool.minBufferSize", "4k",
+                "spark.shuffle.rdma.pool.maxBufferSize", "64k",
+                "spark.shuffle.rdma.pool.chunkSize", "128k",
+                "spark.shuffle.rdma.pool.maxRegisteredBytes", "256k",
+                "spark.shuffle.rdma.pool.acquireTimeout", "10m"));
+        ExecutorService task = Executors.newSingleThreadExecutor();
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(small), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 9, 2, 1, 60_000, 7);
+            List<RegisteredBuffer> held = new ArrayList<>();
+            try (ShuffleOutputTable table = out.table;
+                 BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 600_000)) {
+                held.add(pool.acquire(4 << 10));  // a chunk of 4k buffers stays registered
+                held.add(pool.acquire(64 << 10)); // a chunk of 64k buffers, all held: the pool is at its cap
+                held.add(pool.acquire(64 << 10));
+                assertEquals(256 << 10, pool.stats().registeredBytes());
+                BlockFetcher.Request r = out.request(executor.localAddress(), 0, 0, 1);
+                assertTrue(r.startPartition() < r.endPartition() && out.offsets[0][1] > 4096, "block too small");
+                // The task thread adds and waits for the block; its data buffer (64k class) is not to be had.
+                Future<Integer> block = task.submit(() -> {
+                    fetcher.add(r);
+                    try (BlockFetcher.Block b = fetcher.next()) {
+                        out.assertBytes(b);
+                        return b.length();
+                    }
+                });
+                assertTrue(eventually(60, () -> pool.stats().waits() > 0 || block.isDone()),
+                        "nobody waited for the pool");
+                // Whoever waits, it must not be the reducer's completion thread: another READ on the same
+                // channel still completes while the pool is exhausted.
+                RdmaChannel ch = reducer.connect(executor.localAddress());
+                RegisteredBuffer probe = pool.acquire(ShuffleOutputTable.SLOT_BYTES);
+                CompletableFuture<Integer> status = new CompletableFuture<>();
+                ch.post(new ReadBatch(1).add(out.table.descriptor().address(), out.table.descriptor().rkey(),
+                        ShuffleOutputTable.SLOT_BYTES, probe, 0, 1), (id, st, len) -> status.complete(st));
+                assertEquals(ReadStatus.SUCCESS, status.get()); // bounded by @Timeout, not the 10 min pool wait
+                probe.release();
+                held.forEach(RegisteredBuffer::release);
+                held.clear();
+                assertEquals((int) out.offsets[0][1], block.get());
+            } finally {
+                held.forEach(RegisteredBuffer::release);
+                task.shutdownNow();
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
+            assertEquals(0, pool.stats().timeouts());
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldNameAStillOutstandingRequestWhenNoBlockArrivesInTime(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Path bigFile = dir.resolve("big.data");
+            byte[] big = new byte[64 << 20];
+            new SplittableRandom(3).nextBytes(big);
+            Files.write(bigFile, big);
+            Outputs small = new Outputs(executor, dir, 11, 1, 1, 10_000, 9);
+            try (ShuffleOutputTable smallTable = small.table;
+                 ShuffleOutputTable bigTable = new ShuffleOutputTable(executor, 12, 1)) {
+                bigTable.publish(0, 0, RegisteredMapOutput.register(executor, bigFile,
+                        new MapOutputLayout(new long[] {0, big.length}, 1 << 30)));
+                BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 1 << 20, 1); // 1 ms to wait
+                BlockFetcher.Request quick = small.request(executor.localAddress(), 0, 0, 1);
+                BlockFetcher.Request slow = new BlockFetcher.Request(executor.localAddress(), bigTable.descriptor(),
+                        0, 0, 0, 1);
+                fetcher.add(quick);
+                fetcher.add(slow);
+                Set<BlockFetcher.Request> delivered = new HashSet<>();
+                FetchFailure f = null;
+                while (f == null && fetcher.outstanding() > 0) {
+                    try (BlockFetcher.Block b = fetcher.next()) {
+                        delivered.add(b.request());
+                    } catch (FetchFailure e) {
+                        f = e;
+                    }
+                }
+                assertTrue(f != null, "64 MiB arrived within 1 ms");
+                assertTrue(f.getMessage().contains("no block arrived"), f.getMessage());
+                assertTrue(f.request() != null, "a timeout blames no request");
+                assertFalse(delivered.contains(f.request()), "a timeout blames a delivered block: " + f.request());
+                assertTrue(f.request().equals(quick) || f.request().equals(slow), f.request().toString());
+                fetcher.close();
+                assertTrue(eventually(60, () -> pool.stats().inUseBuffers() == 0),
+                        "receive buffers still held after the fetcher closed: " + pool.stats());
+            }
         }
     }
 }
