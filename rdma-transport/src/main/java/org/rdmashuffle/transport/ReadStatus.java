@@ -26,6 +26,11 @@ public final class ReadStatus {
     public static final int CHANNEL_CLOSED = 66;
     /** The peer's reply did not follow the protocol. */
     public static final int PROTOCOL_ERROR = 67;
+    /**
+     * The channel closed itself after going unused for the idle timeout (nothing was outstanding): a
+     * holder that posts to it later gets this and should connect again.
+     */
+    public static final int IDLE_CLOSED = 68;
 
     private ReadStatus() {
     }
@@ -44,6 +49,7 @@ public final class ReadStatus {
             case TIMEOUT -> "request timed out";
             case CHANNEL_CLOSED -> "channel closed";
             case PROTOCOL_ERROR -> "protocol error in the peer's reply";
+            case IDLE_CLOSED -> "channel closed after going unused (connect again)";
             default -> "status " + status;
         };
     }

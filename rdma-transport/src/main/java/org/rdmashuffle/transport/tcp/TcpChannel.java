@@ -74,6 +74,8 @@ final class TcpChannel implements RdmaChannel {
     private volatile long tail;
     private volatile boolean open = true;
     private volatile boolean closeRequested;
+    /** What a post to this channel once closed reports: IDLE_CLOSED after an idle close, else CHANNEL_CLOSED. */
+    private volatile int closedStatus = ReadStatus.CHANNEL_CLOSED;
     /** When a caller last posted or called (keep-alives do not count). */
     private volatile long lastUsedNanos = System.nanoTime();
     private final long idleNanos;
@@ -165,7 +167,7 @@ final class TcpChannel implements RdmaChannel {
             return;
         }
         if (!open) {
-            throw new TransportException("channel to " + peer + " is closed", ReadStatus.CHANNEL_CLOSED, null);
+            throw new TransportException("channel to " + peer + " is closed", closedStatus, null);
         }
         for (int i = 0; i < n; i++) {
             sinkOf(batch, i);
@@ -173,7 +175,7 @@ final class TcpChannel implements RdmaChannel {
         lock.lock();
         try {
             if (!open) {
-                throw new TransportException("channel to " + peer + " is closed", ReadStatus.CHANNEL_CLOSED, null);
+                throw new TransportException("channel to " + peer + " is closed", closedStatus, null);
             }
             long now = System.nanoTime();
             lastUsedNanos = now;
@@ -302,7 +304,7 @@ final class TcpChannel implements RdmaChannel {
             retired = true;
             node.retired(this);
         } else if (unused > idleNanos + idleNanos / 3 && closeIfStillUnused(now)) {
-            fail(ReadStatus.CHANNEL_CLOSED, "unused for spark.shuffle.rdma.idleTimeout");
+            fail(ReadStatus.IDLE_CLOSED, "unused for spark.shuffle.rdma.idleTimeout");
         }
     }
 
@@ -311,6 +313,7 @@ final class TcpChannel implements RdmaChannel {
         lock.lock();
         try {
             if (head == tail && overflow.isEmpty() && now - lastUsedNanos > idleNanos) {
+                closedStatus = ReadStatus.IDLE_CLOSED;
                 open = false;
                 return true;
             }
@@ -619,8 +622,10 @@ final class TcpChannel implements RdmaChannel {
             failed = true;
         }
         open = false;
-        if (status != ReadStatus.CHANNEL_CLOSED) {
+        if (status != ReadStatus.CHANNEL_CLOSED && status != ReadStatus.IDLE_CLOSED) {
             LOG.warn("channel to {} failed: {}", peer, reason);
+        } else {
+            LOG.debug("channel to {} closed: {}", peer, reason);
         }
         try {
             if (key != null) {

@@ -471,6 +471,13 @@ class TcpResponderLimitsTest {
             await(() -> !ch.isOpen(), 10, "the unused channel closes");
             await(() -> server.servedConnections() == 0, 10, "the serving side sees it go");
             assertEquals(1, server.connectionsClosedByLimit(), "the server, not the client, closed the unused channel");
+            // A holder that posts to it afterwards is told to connect again.
+            ByteBuffer sinkMem = ByteBuffer.allocateDirect(100);
+            MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK);
+            RegionDescriptor d = a.descriptor();
+            TransportException late = org.junit.jupiter.api.Assertions.assertThrows(TransportException.class,
+                    () -> ch.post(new ReadBatch(1).add(d.address(), d.rkey(), 100, sink, 0, 1), (id, st, len) -> { }));
+            assertEquals(ReadStatus.IDLE_CLOSED, late.status());
             RdmaChannel fresh = client.connect(server.localAddress());
             assertTrue(fresh != ch && fresh.isOpen());
             assertServedByteForByte(server, conf, a, content, 99, 5000);
