@@ -219,7 +219,10 @@ public final class BlockFetcher implements AutoCloseable {
     // Task thread only.
     private final Map<NodeAddress, Peer> peers = new HashMap<>();
     private final List<Peer> peerList = new ArrayList<>();
-    /** Results that need no further READ (failures, empty blocks), in order. */
+    /**
+     * Results for {@link #next}, in order: failures, empty blocks, and blocks whose data landed (taken
+     * up by {@link #progress} or behind a failure), which hold pool buffers until closed.
+     */
     private final ArrayDeque<Object> ready = new ArrayDeque<>();
     /** Steps in the order their READs were posted; the head may be stale (no longer in flight). */
     private final ArrayDeque<Step> postedOrder = new ArrayDeque<>();
@@ -660,9 +663,9 @@ public final class BlockFetcher implements AutoCloseable {
     }
 
     /**
-     * Stops posting and returns every buffer: those of READs that landed now, and — through their
-     * completions — those of READs still in flight. Blocks already handed out stay valid until closed.
-     * Idempotent.
+     * Stops posting and returns every buffer: those of blocks that arrived but were not taken with
+     * {@link #next}, those of READs that landed now, and — through their completions — those of READs
+     * still in flight. Blocks already handed out stay valid until closed. Idempotent.
      */
     @Override
     public void close() {
@@ -671,10 +674,35 @@ public final class BlockFetcher implements AutoCloseable {
         }
         closed = true;
         for (Peer p : peerList) {
-            p.waiting.clear();
+            p.waiting.clear(); // steps waiting to be posted hold no buffer
         }
-        ready.clear(); // failures and empty blocks: no buffers
         postedOrder.clear();
-        drainLanded();
+        RuntimeException error = null;
+        Object result;
+        while ((result = ready.poll()) != null) {
+            if (result instanceof Block b) {
+                try {
+                    b.close();
+                } catch (RuntimeException e) {
+                    error = keepFirst(error, e);
+                }
+            }
+        }
+        try {
+            drainLanded();
+        } catch (RuntimeException e) {
+            error = keepFirst(error, e);
+        }
+        if (error != null) {
+            throw error;
+        }
+    }
+
+    private static RuntimeException keepFirst(RuntimeException first, RuntimeException later) {
+        if (first == null) {
+            return later;
+        }
+        first.addSuppressed(later);
+        return first;
     }
 }

@@ -258,6 +258,73 @@ class BlockFetcherTest {
         }
     }
 
+    /** Calls {@link BlockFetcher#progress} until every READ is taken up and {@code bytes} are in blocks. */
+    private static void progressUntilArrived(BlockFetcher fetcher, long bytes) throws InterruptedException {
+        assertTrue(eventually(60, () -> {
+            fetcher.progress(); // as the reader does between local blocks
+            return fetcher.readsInFlight() == 0 && fetcher.bytesInFlight() == bytes;
+        }), "blocks did not arrive: " + fetcher.readsInFlight() + " READs, " + fetcher.bytesInFlight() + " bytes");
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldReturnBuffersOfArrivedBlocksWhenClosedBeforeTheyAreTaken(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 13, 4, 1, 50_000, 11);
+            try (ShuffleOutputTable table = out.table) {
+                BlockFetcher fetcher = new BlockFetcher(reducer, pool, 16 << 20, 1 << 20, 60_000);
+                long total = 0;
+                for (int m = 0; m < 4; m++) {
+                    assertTrue(out.offsets[m][1] > 0, "map " + m + " is empty");
+                    total += out.offsets[m][1];
+                    fetcher.add(out.request(executor.localAddress(), m, 0, 1));
+                }
+                progressUntilArrived(fetcher, total);
+                assertEquals(4, pool.stats().inUseBuffers(), "the arrived blocks hold one buffer each");
+                fetcher.close(); // the task ends while reading local blocks: none of the four was taken
+                assertEquals(0, pool.stats().inUseBuffers(), "buffers of arrived blocks lost: " + pool.stats());
+                assertEquals(0, pool.stats().inUseBytes());
+            }
+            assertEquals(0, pool.stats().leaksDetected());
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldReturnBuffersOfBlocksQueuedBehindAFailureWhenNextThrowsIt(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 14, 4, 2, 50_000, 12);
+            try (ShuffleOutputTable table = out.table) {
+                BlockFetcher fetcher = new BlockFetcher(reducer, pool, 16 << 20, 1 << 20, 60_000);
+                fetcher.add(out.request(executor.localAddress(), 0, 0, 2));
+                try (BlockFetcher.Block b = fetcher.next()) {
+                    out.assertBytes(b); // map 0's metadata is cached from now on
+                }
+                // Cached metadata: the range outside the output fails at once, ahead of the blocks added after it.
+                BlockFetcher.Request bad = out.request(executor.localAddress(), 0, 1, 3);
+                fetcher.add(bad);
+                long total = 0;
+                for (int m = 1; m < 4; m++) {
+                    assertTrue(out.offsets[m][2] > 0, "map " + m + " is empty");
+                    total += out.offsets[m][2];
+                    fetcher.add(out.request(executor.localAddress(), m, 0, 2));
+                }
+                progressUntilArrived(fetcher, total);
+                FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+                assertEquals(bad, f.request());
+                assertEquals(3, pool.stats().inUseBuffers(), "the blocks behind the failure hold one buffer each");
+                fetcher.close(); // the task fails with f
+                assertEquals(0, pool.stats().inUseBuffers(), "buffers of queued blocks lost: " + pool.stats());
+                assertEquals(0, pool.stats().inUseBytes());
+            }
+            assertEquals(0, pool.stats().leaksDetected());
+        }
+    }
+
     @Test
     @Timeout(120)
     void shouldKeepCompletionsFlowingWhenThePoolIsAtItsCap(@TempDir Path dir) throws Exception {
