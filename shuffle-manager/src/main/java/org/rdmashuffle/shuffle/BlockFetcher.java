@@ -54,11 +54,40 @@ public final class BlockFetcher implements AutoCloseable {
      * @param mapId the map task attempt the MapOutputTracker names for it, or {@link #ANY_MAP_ID}
      * @param startPartition first partition, inclusive
      * @param endPartition last partition, exclusive
+     * @param expected what the shuffle and the MapOutputTracker say about the block, checked against what
+     *     the peer's output table and metadata claim before any buffer is taken for them
      */
     public record Request(NodeAddress peer, RegionDescriptor table, int mapIndex, long mapId, int startPartition,
-                          int endPartition) {
+                          int endPartition, Expected expected) {
         /** Accept whichever attempt the serving executor published. */
         public static final long ANY_MAP_ID = -1;
+
+        /** A request with nothing known beforehand ({@link Expected#UNKNOWN}). */
+        public Request(NodeAddress peer, RegionDescriptor table, int mapIndex, long mapId, int startPartition,
+                       int endPartition) {
+            this(peer, table, mapIndex, mapId, startPartition, endPartition, Expected.UNKNOWN);
+        }
+    }
+
+    /**
+     * What a block's map output must look like, known from the driver rather than from the peer.
+     *
+     * @param numPartitions the shuffle's partition count, which fixes the map output's metadata layout
+     *     (with the region count from its slot); {@link #UNKNOWN_PARTITIONS} when not known
+     * @param minBytes the fewest bytes the block may hold
+     * @param maxBytes the most bytes the block may hold
+     */
+    public record Expected(int numPartitions, long minBytes, long maxBytes) {
+        public static final int UNKNOWN_PARTITIONS = -1;
+        /** Nothing known: any layout, any size the fetcher can hold. */
+        public static final Expected UNKNOWN = new Expected(UNKNOWN_PARTITIONS, 0, Long.MAX_VALUE);
+
+        public Expected {
+            if (numPartitions < UNKNOWN_PARTITIONS || minBytes < 0 || maxBytes < minBytes) {
+                throw new IllegalArgumentException("impossible expectation: " + numPartitions + " partitions, "
+                        + minBytes + " to " + maxBytes + " bytes");
+            }
+        }
     }
 
     /** A fetched block: its bytes are {@code buffer().byteBuffer()} from 0 to {@link #length()}. */
@@ -476,6 +505,12 @@ public final class BlockFetcher implements AutoCloseable {
         } catch (RuntimeException e) {
             return failure(r, "partition range outside the map output", e);
         }
+        Expected e = r.expected();
+        if (bytes < e.minBytes() || bytes > e.maxBytes()) {
+            return failure(r, "map output at peer does not match MapOutputTracker: partitions [" + r.startPartition()
+                    + ", " + r.endPartition() + ") hold " + bytes + " bytes there, the tracker's size allows "
+                    + e.minBytes() + " to " + e.maxBytes(), null);
+        }
         if (bytes == 0) {
             return new Block(r, null, 0, 0);
         }
@@ -486,6 +521,32 @@ public final class BlockFetcher implements AutoCloseable {
         s.metadata = m;
         s.reads = pieces;
         s.bytes = (int) bytes;
+        return null;
+    }
+
+    /**
+     * Checks a slot's metadata length before a buffer is taken for it: with the shuffle's partition
+     * count known, the metadata is exactly a header, the slot's regions and one offset per partition
+     * boundary ({@link ShuffleOutputTable}); else it must fit one buffer.
+     *
+     * @return what is wrong, or null
+     */
+    private static String checkMetadataLength(Request r, int regionCount, long lengthBytes) {
+        int partitions = r.expected().numPartitions();
+        if (partitions == Expected.UNKNOWN_PARTITIONS) {
+            if (lengthBytes < ShuffleOutputTable.META_HEADER_BYTES + 8 || lengthBytes > Integer.MAX_VALUE - 8) {
+                return "metadata of " + lengthBytes + " bytes";
+            }
+            return null;
+        }
+        if (regionCount < 0) {
+            return regionCount + " regions";
+        }
+        long expected = ShuffleOutputTable.metadataBytes(regionCount, partitions);
+        if (lengthBytes != expected || expected > Integer.MAX_VALUE - 8) {
+            return "metadata of " + lengthBytes + " bytes, where " + regionCount + " regions and " + partitions
+                    + " partitions take " + expected;
+        }
         return null;
     }
 
@@ -600,8 +661,9 @@ public final class BlockFetcher implements AutoCloseable {
                             + " that the MapOutputTracker names", null);
                 }
                 RegionDescriptor md = slot.metadata();
-                if (md.length() < 1 || md.length() > Integer.MAX_VALUE - 8) {
-                    return failure(r, "corrupt output table: metadata of " + md.length() + " bytes", null);
+                String wrongLength = checkMetadataLength(r, slot.regionCount(), md.length());
+                if (wrongLength != null) {
+                    return failure(r, "corrupt output table: " + wrongLength, null);
                 }
                 s.phase = Phase.METADATA;
                 s.mapId = slot.mapId();
@@ -624,6 +686,11 @@ public final class BlockFetcher implements AutoCloseable {
                     return failure(r, "corrupt map output metadata", e);
                 } finally {
                     s.releaseBuffer();
+                }
+                int partitions = r.expected().numPartitions();
+                if (partitions != Expected.UNKNOWN_PARTITIONS && m.layout().numPartitions() != partitions) {
+                    return failure(r, "corrupt map output metadata: " + m.layout().numPartitions()
+                            + " partitions in a shuffle of " + partitions, null);
                 }
                 metadataCache.put(r.peer(), r.table().rkey(), r.mapIndex(), s.mapId, m);
                 Object done = toData(s, m);

@@ -28,6 +28,7 @@ import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
 import org.rdmashuffle.pool.BufferPoolOptions;
 import org.rdmashuffle.pool.RegisteredBuffer;
+import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.RdmaChannel;
@@ -35,6 +36,8 @@ import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RdmaTransport;
 import org.rdmashuffle.transport.ReadBatch;
 import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.RegionAccess;
+import org.rdmashuffle.transport.RegionDescriptor;
 
 class BlockFetcherTest {
     private static final RdmaShuffleConf CONF = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
@@ -133,6 +136,76 @@ class BlockFetcherTest {
             FetchFailure g = assertThrows(FetchFailure.class, fetcher::next);
             assertEquals(lost, g.request());
             assertEquals(0, fetcher.bytesInFlight());
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldFailWithoutFetchingWhenTheBlockSizeDoesNotMatchTheTracker(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             ShuffleOutputTable table = publish(executor, dir);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
+            int size = (int) offsets[1][1];
+            assertTrue(size > 0, "block is empty");
+            BlockFetcher.Request matching = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1, 1,
+                    0, 1, new BlockFetcher.Expected(PARTS, 1, size));
+            fetcher.add(matching);
+            try (BlockFetcher.Block b = fetcher.next()) {
+                assertEquals(-1, b.bytes().mismatch(ByteBuffer.wrap(data[1], 0, size)));
+            }
+            long acquires = pool.stats().acquires();
+            BlockFetcher.Request smaller = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1, 1,
+                    0, 1, new BlockFetcher.Expected(PARTS, 1, size - 1));
+            fetcher.add(smaller);
+            FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+            assertEquals(smaller, f.request());
+            assertTrue(f.getMessage().contains("map output at peer does not match MapOutputTracker"), f.getMessage());
+            assertTrue(f.getMessage().contains(size + " bytes"), f.getMessage());
+            BlockFetcher.Request emptyThere = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1,
+                    1, 1, 2, new BlockFetcher.Expected(PARTS, 1, 1000)); // partition 1 is empty at the peer
+            assertEquals(0, offsets[1][2] - offsets[1][1]);
+            fetcher.add(emptyThere);
+            f = assertThrows(FetchFailure.class, fetcher::next);
+            assertTrue(f.getMessage().contains("does not match MapOutputTracker"), f.getMessage());
+            assertEquals(acquires, pool.stats().acquires(), "a buffer was taken for a block that does not match");
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldFailBeforeTakingABufferWhenASlotClaimsMoreMetadataThanTheShuffleHas(@TempDir Path dir)
+            throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             ShuffleOutputTable table = publish(executor, dir);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
+            // A lying peer's table: map index 0 published, its metadata said to be 64 MiB.
+            ByteBuffer slots = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
+            RegionDescriptor real = table.descriptor();
+            slots.putInt(1).putInt(1).putLong(0).putLong(real.address()).putInt(real.rkey()).putInt(64 << 20).clear();
+            try (MemoryRegion forged = executor.register(slots, RegionAccess.REMOTE_READ)) {
+                BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), forged.descriptor(), 0, 0,
+                        0, 1, new BlockFetcher.Expected(PARTS, 1, 1 << 20));
+                fetcher.add(r);
+                FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+                assertEquals(r, f.request());
+                assertTrue(f.getMessage().contains("corrupt output table"), f.getMessage());
+                assertTrue(f.getMessage().contains("metadata of " + (64 << 20) + " bytes"), f.getMessage());
+                assertEquals(1, pool.stats().acquires(), "only the slot's buffer may be taken: " + pool.stats());
+                assertEquals(0, pool.stats().inUseBuffers());
+            }
+            // The same map index in the real table, but a shuffle of another partition count: its metadata
+            // cannot be this map output's.
+            BlockFetcher.Request other = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0,
+                    0, 1, new BlockFetcher.Expected(PARTS + 3, 1, 1 << 20));
+            fetcher.add(other);
+            FetchFailure g = assertThrows(FetchFailure.class, fetcher::next);
+            assertTrue(g.getMessage().contains("corrupt output table"), g.getMessage());
             assertEquals(0, pool.stats().inUseBuffers());
         }
     }
