@@ -12,6 +12,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
+import org.rdmashuffle.pool.BufferPoolException;
 import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RdmaChannel;
@@ -43,6 +44,12 @@ import org.rdmashuffle.transport.TransportException;
  * once the fetcher is closed, returns the step's buffer to the pool itself. So no transport thread
  * ever waits for the pool or for room in a channel, and a closed fetcher gives back every buffer,
  * also those of READs that land after {@link #close}.
+ *
+ * <p><b>Failures.</b> What goes wrong with a peer (a missing output, a failed READ, metadata or sizes
+ * that do not fit what the driver knows) comes out of {@link #next} as a {@link FetchFailure} naming
+ * the request. What goes wrong on this executor — the pool exhausted by other tasks, an interrupted
+ * wait for it — leaves {@link #add}, {@link #progress} or {@link #next} as a
+ * {@link BufferPoolException}, which blames no peer.
  */
 public final class BlockFetcher implements AutoCloseable {
     /**
@@ -349,6 +356,8 @@ public final class BlockFetcher implements AutoCloseable {
      *
      * @throws FetchFailure naming the request when it failed, or naming the oldest request still
      *     outstanding when nothing landed in time
+     * @throws BufferPoolException when this executor's pool gives no buffer in time (or the wait was
+     *     interrupted: the interrupt flag stays set); no peer is to blame
      * @throws IllegalStateException when closed or when no block is outstanding
      */
     public Block next() throws FetchFailure, InterruptedException {
@@ -369,7 +378,14 @@ public final class BlockFetcher implements AutoCloseable {
             }
             if (result != null) {
                 outstanding--;
-                pump(false); // keep READs flowing while the caller decodes this block
+                try {
+                    pump(false); // keep READs flowing while the caller decodes this block
+                } catch (RuntimeException e) {
+                    if (result instanceof Block b) {
+                        b.close(); // the caller never sees it
+                    }
+                    throw e;
+                }
                 if (result instanceof FetchFailure f) {
                     throw f;
                 }
@@ -431,6 +447,9 @@ public final class BlockFetcher implements AutoCloseable {
      * Posts waiting steps while the budget allows. Buffers are taken without waiting; only when
      * nothing else can make progress (no READ in flight, nothing landed or ready) and {@code mayWait},
      * it waits for the pool, up to the pool's acquire timeout.
+     *
+     * @throws BufferPoolException when the pool cannot give a buffer (the interrupt flag kept if that
+     *     was the reason); the step stays first in its line
      */
     private void pump(boolean mayWait) {
         for (int i = 0; i < peerList.size() && !closed; i++) {
@@ -447,20 +466,15 @@ public final class BlockFetcher implements AutoCloseable {
                 if (bytesInFlight > 0 && bytesInFlight + s.bytes > maxBytesInFlight) {
                     return; // the task's budget is spent: later steps wait their turn
                 }
-                RegisteredBuffer b;
-                try {
-                    b = pool.tryAcquire(s.bytes);
-                    if (b == null) {
-                        if (!mayWait || readsInFlight > 0 || !landedSteps.isEmpty() || !ready.isEmpty()) {
-                            return; // what is in flight or landed frees buffers or gives the caller work
-                        }
-                        b = pool.acquire(s.bytes);
+                // The pool's trouble (exhausted by other tasks, interrupted, a size above its cap) is this
+                // executor's, not the peer's: it leaves as a BufferPoolException, never a FetchFailure, and
+                // the step stays waiting.
+                RegisteredBuffer b = pool.tryAcquire(s.bytes);
+                if (b == null) {
+                    if (!mayWait || readsInFlight > 0 || !landedSteps.isEmpty() || !ready.isEmpty()) {
+                        return; // what is in flight or landed frees buffers or gives the caller work
                     }
-                } catch (RuntimeException e) {
-                    p.waiting.poll();
-                    ready.add(failure(s.request, "no receive buffer for the " + s.phase.name().toLowerCase()
-                            + " READ", e));
-                    continue;
+                    b = pool.acquire(s.bytes);
                 }
                 p.waiting.poll();
                 post(s, b);

@@ -223,7 +223,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             long t0 = System.nanoTime();
             try {
                 block = fetcher.next();
-            } catch (FetchFailure f) {
+            } catch (FetchFailure f) { // the peer's fault; this executor's own (e.g. BufferPoolException) passes
                 Origin o = blame(f);
                 rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
                 throw fetchFailed(o, f);

@@ -26,6 +26,7 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
+import org.rdmashuffle.pool.BufferPoolException;
 import org.rdmashuffle.pool.BufferPoolOptions;
 import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.transport.MemoryRegion;
@@ -450,6 +451,94 @@ class BlockFetcherTest {
             }
             assertEquals(0, pool.stats().inUseBuffers());
             assertEquals(0, pool.stats().timeouts());
+        }
+    }
+
+    /** A pool of 256k: a chunk of 4k buffers and one of 64k buffers, with {@code acquireTimeout}. */
+    private static BufferPool smallPool(RdmaNode reducer, String acquireTimeout) {
+        return new BufferPool(BufferPoolOptions.from(new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+                "spark.shuffle.rdma.pool.leakDetection", "paranoid",
+                "spark.shuffle.rdma.pool.minBufferSize", "4k",
+                "spark.shuffle.rdma.pool.maxBufferSize", "64k",
+                "spark.shuffle.rdma.pool.chunkSize", "128k",
+                "spark.shuffle.rdma.pool.maxRegisteredBytes", "256k",
+                "spark.shuffle.rdma.pool.acquireTimeout", acquireTimeout))), reducer.sinkRegistrar());
+    }
+
+    /** Takes every 64k buffer of {@code pool} after one 4k buffer: slots and metadata fit, data blocks do not. */
+    private static List<RegisteredBuffer> fillTo64kCap(BufferPool pool) {
+        List<RegisteredBuffer> held = new ArrayList<>();
+        held.add(pool.acquire(4 << 10));
+        held.add(pool.acquire(64 << 10));
+        held.add(pool.acquire(64 << 10));
+        assertEquals(256 << 10, pool.stats().registeredBytes());
+        return held;
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldFailAsThisExecutorsTroubleNotThePeersWhenThePoolIsExhausted(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = smallPool(reducer, "0ms")) {
+            Outputs out = new Outputs(executor, dir, 15, 1, 1, 60_000, 7);
+            List<RegisteredBuffer> held = fillTo64kCap(pool); // other tasks hold the pool's 64k buffers
+            try (ShuffleOutputTable table = out.table;
+                 BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 60_000)) {
+                assertTrue(out.offsets[0][1] > 4096, "block fits a 4k buffer");
+                fetcher.add(out.request(executor.localAddress(), 0, 0, 1));
+                Exception e = assertThrows(Exception.class, fetcher::next);
+                assertFalse(e instanceof FetchFailure, "the pool's exhaustion blamed on the peer: " + e);
+                assertTrue(e instanceof BufferPoolException, e.toString());
+                assertTrue(e.getMessage().contains("buffer pool exhausted"), e.getMessage());
+                assertEquals(1, fetcher.outstanding(), "the block is still to come");
+                held.forEach(RegisteredBuffer::release); // the other tasks finish: the same fetcher goes on
+                held.clear();
+                try (BlockFetcher.Block b = fetcher.next()) {
+                    out.assertBytes(b);
+                }
+            } finally {
+                held.forEach(RegisteredBuffer::release);
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldKeepTheInterruptAndBlameNoPeerWhenInterruptedWaitingForThePool(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = smallPool(reducer, "10m")) {
+            Outputs out = new Outputs(executor, dir, 16, 1, 1, 60_000, 7);
+            List<RegisteredBuffer> held = fillTo64kCap(pool);
+            try (ShuffleOutputTable table = out.table;
+                 BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 600_000)) {
+                CompletableFuture<Throwable> thrown = new CompletableFuture<>();
+                CompletableFuture<Boolean> interruptKept = new CompletableFuture<>();
+                Thread task = new Thread(() -> {
+                    try {
+                        fetcher.add(out.request(executor.localAddress(), 0, 0, 1));
+                        fetcher.next().close();
+                        thrown.complete(null);
+                    } catch (Throwable t) {
+                        thrown.complete(t);
+                    } finally {
+                        interruptKept.complete(Thread.currentThread().isInterrupted());
+                    }
+                });
+                task.start();
+                assertTrue(eventually(60, () -> pool.stats().waits() > 0 || thrown.isDone()), "nobody waited");
+                task.interrupt(); // the task is killed while it waits for a buffer
+                Throwable t = thrown.get();
+                assertTrue(t != null && !(t instanceof FetchFailure), "interruption blamed on the peer: " + t);
+                assertTrue(t instanceof BufferPoolException, String.valueOf(t));
+                assertTrue(interruptKept.get(), "the interrupt flag was lost");
+                task.join();
+            } finally {
+                held.forEach(RegisteredBuffer::release);
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
         }
     }
 
