@@ -327,6 +327,14 @@ public final class BlockFetcher implements AutoCloseable {
         pump(false);
     }
 
+    /**
+     * Whether READs have landed that {@link #progress} would take up: one volatile read, cheap enough
+     * to ask per record; any thread.
+     */
+    public boolean hasLanded() {
+        return !landedSteps.isEmpty();
+    }
+
     /** Blocks still to come out of {@link #next}. */
     public int outstanding() {
         return outstanding;

@@ -154,8 +154,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         private final SparkEnv env = SparkEnv.get();
         private final ShuffleDependency<K, Object, C> dep = handle.dependency();
         private final org.apache.spark.serializer.SerializerInstance serializer = dep.serializer().newInstance();
+        /** Records of local blocks between two polls of the fetcher for pool room freed elsewhere. */
+        private static final int LOCAL_RECORDS_PER_PROGRESS = 1024;
         private int nextLocal;
         private InputStream localStream;
+        /** Local records read since the fetcher last had a chance to move (only while reading local blocks). */
+        private int localRecords;
         private BlockFetcher.Block block;
         private Iterator<Tuple2<Object, Object>> current;
         private boolean finished;
@@ -203,6 +207,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 throw new NoSuchElementException();
             }
             metrics.incRecordsRead(1);
+            if (localStream != null && (fetcher.hasLanded() || ++localRecords == LOCAL_RECORDS_PER_PROGRESS)) {
+                // A large local block must not hold back the remote ones' next READs (slot, metadata, data):
+                // take up what landed at once, and look for freed pool room now and then. No allocation.
+                localRecords = 0;
+                fetcher.progress();
+            }
             return current.next();
         }
 
