@@ -158,9 +158,14 @@ public final class BlockFetcher implements AutoCloseable {
         DATA
     }
 
-    /** The READs posted to one peer and the steps waiting for room; task thread only. */
+    /**
+     * One peer: its channel, connected once per fetcher (or why that failed, which then fails every
+     * request to it), the READs posted to it and the steps waiting for room; task thread only.
+     */
     private static final class Peer {
         final ArrayDeque<Step> waiting = new ArrayDeque<>();
+        RdmaChannel channel;
+        TransportException connectFailure;
         int readsInFlight;
     }
 
@@ -310,20 +315,22 @@ public final class BlockFetcher implements AutoCloseable {
             throw new IllegalStateException("fetcher closed");
         }
         outstanding++;
-        RdmaChannel ch;
-        try {
-            ch = node.connect(r.peer()); // on the task's thread: completions never wait for a connect
-        } catch (TransportException e) {
-            ready.add(failure(r, "cannot connect", e));
-            return;
-        }
         Peer p = peers.get(r.peer());
         if (p == null) {
             p = new Peer();
             peers.put(r.peer(), p);
             peerList.add(p);
+            try {
+                p.channel = node.connect(r.peer()); // on the task's thread: completions never wait for a connect
+            } catch (TransportException e) {
+                p.connectFailure = e; // a dead peer costs one connect's timeouts and retries, not one per block
+            }
         }
-        p.waiting.add(new Step(this, r, ch, p));
+        if (p.connectFailure != null) {
+            ready.add(failure(r, "cannot connect", p.connectFailure));
+            return;
+        }
+        p.waiting.add(new Step(this, r, p.channel, p));
         pump(false);
     }
 

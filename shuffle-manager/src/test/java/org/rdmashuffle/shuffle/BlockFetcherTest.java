@@ -211,6 +211,57 @@ class BlockFetcherTest {
         }
     }
 
+    @Test
+    @Timeout(120)
+    void shouldConnectOnceAndFailEveryRequestWhenNothingListensAtThePeer() throws Exception {
+        RdmaShuffleConf noRetries = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+                "spark.shuffle.rdma.pool.leakDetection", "paranoid",
+                "spark.shuffle.rdma.connectRetries", "0"));
+        NodeAddress gone;
+        RegionDescriptor table;
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             ShuffleOutputTable t = new ShuffleOutputTable(executor, 17, 8)) {
+            gone = executor.localAddress();
+            table = t.descriptor();
+        } // the executor is gone: nothing listens at its address any more
+        try (RdmaNode reducer = RdmaTransport.open(noRetries, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(noRetries), reducer.sinkRegistrar())) {
+            java.util.concurrent.atomic.AtomicInteger connects = new java.util.concurrent.atomic.AtomicInteger();
+            RdmaNode counting = (RdmaNode) java.lang.reflect.Proxy.newProxyInstance(RdmaNode.class.getClassLoader(),
+                    new Class<?>[] {RdmaNode.class}, (proxy, method, args) -> {
+                        if (method.getName().equals("connect")) {
+                            connects.incrementAndGet();
+                        }
+                        try {
+                            return method.invoke(reducer, args);
+                        } catch (java.lang.reflect.InvocationTargetException e) {
+                            throw e.getCause();
+                        }
+                    });
+            try (BlockFetcher fetcher = new BlockFetcher(counting, pool, 1 << 20, 64 << 10, 60_000)) {
+                List<BlockFetcher.Request> requests = new ArrayList<>();
+                for (int m = 0; m < 8; m++) {
+                    BlockFetcher.Request r = new BlockFetcher.Request(gone, table, m, m, 0, 1);
+                    requests.add(r);
+                    fetcher.add(r);
+                }
+                assertEquals(1, connects.get(), "connects to a dead peer");
+                Set<BlockFetcher.Request> failed = new HashSet<>();
+                Set<Throwable> causes = new HashSet<>();
+                while (fetcher.outstanding() > 0) {
+                    FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+                    assertTrue(f.getMessage().contains("cannot connect"), f.getMessage());
+                    assertTrue(f.getMessage().contains("map index " + f.request().mapIndex()), f.getMessage());
+                    failed.add(f.request());
+                    causes.add(f.getCause());
+                }
+                assertEquals(new HashSet<>(requests), failed, "every request fails on its own");
+                assertEquals(1, causes.size(), "one connect, one cause: " + causes);
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
     // ---- bounded work, early ends and completions that must not block ----
 
     /** Map outputs of random bytes, published in one output table. */
