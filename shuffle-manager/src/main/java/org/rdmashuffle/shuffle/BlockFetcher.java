@@ -203,6 +203,8 @@ public final class BlockFetcher implements AutoCloseable {
         ShuffleOutputTable.Metadata metadata;
         long postedNanos;
         boolean inFlight;
+        /** This step's entries in {@code postedOrder}, one per post; all but the last are stale. */
+        int postedEntries;
         @SuppressWarnings("unused")
         private volatile int left;
         private volatile int status;
@@ -265,7 +267,11 @@ public final class BlockFetcher implements AutoCloseable {
      * up by {@link #progress} or behind a failure), which hold pool buffers until closed.
      */
     private final ArrayDeque<Object> ready = new ArrayDeque<>();
-    /** Steps in the order their READs were posted; the head may be stale (no longer in flight). */
+    /**
+     * Steps in the order their READs were posted, one entry per post. An entry is stale when its step is
+     * no longer in flight or was posted again since (for its next phase): then a later entry stands for
+     * it. Stale entries are dropped when they reach the head.
+     */
     private final ArrayDeque<Step> postedOrder = new ArrayDeque<>();
     private final ReadBatch batch = new ReadBatch(8);
     private Step filling;
@@ -447,8 +453,10 @@ public final class BlockFetcher implements AutoCloseable {
     }
 
     private void prunePosted() {
-        while (!postedOrder.isEmpty() && !postedOrder.peek().inFlight) {
-            postedOrder.poll();
+        Step s;
+        while ((s = postedOrder.peek()) != null && (!s.inFlight || s.postedEntries > 1)) {
+            postedOrder.poll(); // a step's first entry is its oldest post: stale if it was posted again
+            s.postedEntries--;
         }
     }
 
@@ -615,6 +623,7 @@ public final class BlockFetcher implements AutoCloseable {
         readsInFlight += s.reads;
         bytesInFlight += s.bytes;
         postedOrder.add(s);
+        s.postedEntries++;
         try {
             s.channel.post(batch, s);
         } catch (TransportException | RuntimeException e) {

@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -36,9 +38,11 @@ import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RdmaTransport;
 import org.rdmashuffle.transport.ReadBatch;
+import org.rdmashuffle.transport.ReadListener;
 import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.RegionAccess;
 import org.rdmashuffle.transport.RegionDescriptor;
+import org.rdmashuffle.transport.TransportException;
 
 class BlockFetcherTest {
     private static final RdmaShuffleConf CONF = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
@@ -227,14 +231,14 @@ class BlockFetcherTest {
         try (RdmaNode reducer = RdmaTransport.open(noRetries, NodeOptions.loopback());
              BufferPool pool = new BufferPool(BufferPoolOptions.from(noRetries), reducer.sinkRegistrar())) {
             java.util.concurrent.atomic.AtomicInteger connects = new java.util.concurrent.atomic.AtomicInteger();
-            RdmaNode counting = (RdmaNode) java.lang.reflect.Proxy.newProxyInstance(RdmaNode.class.getClassLoader(),
+            RdmaNode counting = (RdmaNode) Proxy.newProxyInstance(RdmaNode.class.getClassLoader(),
                     new Class<?>[] {RdmaNode.class}, (proxy, method, args) -> {
                         if (method.getName().equals("connect")) {
                             connects.incrementAndGet();
                         }
                         try {
                             return method.invoke(reducer, args);
-                        } catch (java.lang.reflect.InvocationTargetException e) {
+                        } catch (InvocationTargetException e) {
                             throw e.getCause();
                         }
                     });
@@ -588,6 +592,149 @@ class BlockFetcherTest {
                 task.join();
             } finally {
                 held.forEach(RegisteredBuffer::release);
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    /**
+     * A channel whose READs go over the real one, but whose completions reach the fetcher only when the
+     * test releases them, post by post.
+     */
+    private static final class GatedChannel implements RdmaChannel {
+        /** One post: its listener and the completions the real channel delivered for it. */
+        private static final class Post {
+            final ReadListener listener;
+            final int reads;
+            final List<long[]> completions = new ArrayList<>();
+
+            Post(ReadListener listener, int reads) {
+                this.listener = listener;
+                this.reads = reads;
+            }
+        }
+
+        private final RdmaChannel real;
+        final List<Post> posts = new ArrayList<>();
+
+        GatedChannel(RdmaChannel real) {
+            this.real = real;
+        }
+
+        @Override
+        public NodeAddress peer() {
+            return real.peer();
+        }
+
+        @Override
+        public void post(ReadBatch batch, ReadListener listener) throws TransportException {
+            Post p = new Post(listener, batch.size());
+            synchronized (this) {
+                posts.add(p);
+            }
+            real.post(batch, (id, st, len) -> {
+                synchronized (p) {
+                    p.completions.add(new long[] {id, st, len});
+                }
+            });
+        }
+
+        synchronized int postCount() {
+            return posts.size();
+        }
+
+        /** Hands post {@code i}'s completions to the fetcher, once they all came. */
+        void release(int i) throws InterruptedException {
+            Post p;
+            synchronized (this) {
+                p = posts.get(i);
+            }
+            assertTrue(eventually(60, () -> {
+                synchronized (p) {
+                    return p.completions.size() == p.reads;
+                }
+            }), "post " + i + " never completed");
+            for (long[] c : p.completions) {
+                p.listener.onReadComplete(c[0], (int) c[1], (int) c[2]);
+            }
+        }
+
+        @Override
+        public CompletableFuture<ByteBuffer> call(ByteBuffer request) {
+            return real.call(request);
+        }
+
+        @Override
+        public boolean isOpen() {
+            return real.isOpen();
+        }
+
+        @Override
+        public void close() {
+            real.close();
+        }
+    }
+
+    /** {@code node}, but every channel it connects is {@code gate} (over the real channel). */
+    private static RdmaNode gatedNode(RdmaNode node, GatedChannel[] gate) {
+        return (RdmaNode) Proxy.newProxyInstance(RdmaNode.class.getClassLoader(), new Class<?>[] {RdmaNode.class},
+                (proxy, method, args) -> {
+                    try {
+                        Object result = method.invoke(node, args);
+                        if (method.getName().equals("connect")) {
+                            if (gate[0] == null) {
+                                gate[0] = new GatedChannel((RdmaChannel) result);
+                            }
+                            return gate[0];
+                        }
+                        return result;
+                    } catch (InvocationTargetException e) {
+                        throw e.getCause();
+                    }
+                });
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldBlameTheOldestPostStillInFlightWhenAnotherStepWasPostedAgainSince(@TempDir Path dir)
+            throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 18, 3, 1, 10_000, 13);
+            GatedChannel[] gate = new GatedChannel[1];
+            try (ShuffleOutputTable table = out.table;
+                 BlockFetcher fetcher = new BlockFetcher(gatedNode(reducer, gate), pool, 1 << 20, 64 << 10, 60_000)) {
+                BlockFetcher.Request w = out.request(executor.localAddress(), 0, 0, 1);
+                BlockFetcher.Request x = out.request(executor.localAddress(), 1, 0, 1);
+                BlockFetcher.Request y = out.request(executor.localAddress(), 2, 0, 1);
+                fetcher.add(w); // post 0: w's slot
+                fetcher.add(x); // post 1: x's slot
+                fetcher.add(y); // post 2: y's slot
+                assertEquals(3, gate[0].postCount());
+                assertEquals(w, fetcher.oldestOutstanding());
+                gate[0].release(1);
+                fetcher.progress(); // post 3: x's metadata, after y's slot
+                assertEquals(4, gate[0].postCount());
+                gate[0].release(0);
+                fetcher.progress(); // post 4: w's metadata
+                assertEquals(5, gate[0].postCount());
+                // In flight, oldest first: y's slot (post 2), x's metadata (3), w's metadata (4).
+                assertEquals(y, fetcher.oldestOutstanding(), "blamed a request posted again since");
+                gate[0].release(2);
+                fetcher.progress(); // post 5: y's metadata
+                assertEquals(x, fetcher.oldestOutstanding());
+                for (int i = 3; i < gate[0].postCount(); i++) {
+                    gate[0].release(i);
+                    fetcher.progress();
+                }
+                assertTrue(gate[0].postCount() == 9, "posts: " + gate[0].postCount()); // and three data READs
+                for (int i = 0; i < 3; i++) {
+                    try (BlockFetcher.Block b = fetcher.next()) {
+                        out.assertBytes(b);
+                    }
+                }
+                assertEquals(null, fetcher.oldestOutstanding());
             }
             assertEquals(0, pool.stats().inUseBuffers());
         }
