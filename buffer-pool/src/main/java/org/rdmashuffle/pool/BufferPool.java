@@ -24,7 +24,8 @@ import org.slf4j.LoggerFactory;
 /**
  * A pool of registered direct memory. Memory is registered through a {@link Registrar} in chunks of
  * {@code chunkBytes}; each chunk serves one power-of-two size class and is cut into buffers of that
- * size. Requests above the largest class get a registration of their own, released on return.
+ * size. Requests above the largest class get a registration of their own, released on return; a
+ * request above the cap itself fails at once, without taking back or deregistering anything.
  *
  * <p>Acquire and release touch only the calling thread's cache when it can serve them (no shared
  * lock, no allocation). Otherwise the shared free lists are used under one lock; new chunks are
@@ -137,7 +138,8 @@ public final class BufferPool implements AutoCloseable {
     /**
      * Acquires a buffer of at least {@code sizeBytes} bytes, reference count 1.
      *
-     * @throws BufferPoolException at the cap after the timeout, on registration failure, or when closed
+     * @throws BufferPoolException at the cap after the timeout, at once when {@code sizeBytes} exceeds
+     *     the cap itself, on registration failure, or when closed
      */
     public RegisteredBuffer acquire(int sizeBytes) {
         return acquire(sizeBytes, true);
@@ -148,7 +150,8 @@ public final class BufferPool implements AutoCloseable {
      * taken back, it returns null. For threads that must not block (transport completions) and for
      * callers that have other work to do first.
      *
-     * @throws BufferPoolException on registration failure, or when closed
+     * @throws BufferPoolException when {@code sizeBytes} exceeds the cap, on registration failure, or
+     *     when closed
      */
     public RegisteredBuffer tryAcquire(int sizeBytes) {
         return acquire(sizeBytes, false);
@@ -164,6 +167,12 @@ public final class BufferPool implements AutoCloseable {
         ThreadCache tc = cache.get();
         RegisteredBuffer b;
         if (sizeBytes > options.maxBufferBytes()) {
+            if (sizeBytes > options.maxRegisteredBytes()) {
+                // Nothing reclaimed or waited for could ever make room: fail before touching anyone's cache.
+                throw new BufferPoolException("a buffer of " + ByteSizes.format(sizeBytes) + " exceeds the cap of "
+                        + ByteSizes.format(options.maxRegisteredBytes()) + " registered bytes "
+                        + "(spark.shuffle.rdma.pool.maxRegisteredBytes)");
+            }
             b = acquireLarge(sizeBytes, mayWait);
         } else {
             int cls = sizeClassOf(sizeBytes);

@@ -243,6 +243,36 @@ class BufferPoolTest {
 
     @Test
     @Timeout(30)
+    void shouldFailAtOnceWithoutReclaimingAnythingWhenSizeExceedsTheCap() {
+        CountingRegistrar registrar = new CountingRegistrar();
+        try (BufferPool pool = new BufferPool(small("256k", "10m", "disabled"), registrar)) {
+            List<RegisteredBuffer> small = new ArrayList<>();
+            for (int i = 0; i < 64; i++) {
+                small.add(pool.acquire(4 << 10)); // fills two 128k chunks of the 4k class: the pool is at its cap
+            }
+            small.forEach(RegisteredBuffer::release); // cached by this thread, chunks idle
+            long hits = pool.stats().threadCacheHits();
+            int tooLarge = (256 << 10) + 1;
+            BufferPoolException e = assertThrows(BufferPoolException.class, () -> pool.tryAcquire(tooLarge));
+            assertTrue(e.getMessage().contains("spark.shuffle.rdma.pool.maxRegisteredBytes"), e.getMessage());
+            assertTrue(e.getMessage().contains("exceeds the cap"), e.getMessage());
+            // acquire does not wait either: 10 min of acquireTimeout would fail @Timeout.
+            e = assertThrows(BufferPoolException.class, () -> pool.acquire(tooLarge));
+            assertTrue(e.getMessage().contains("spark.shuffle.rdma.pool.maxRegisteredBytes"), e.getMessage());
+            BufferPoolStats s = pool.stats();
+            assertEquals(0, s.deregistrations(), "idle chunks deregistered for a request that can never fit");
+            assertEquals(256 << 10, s.registeredBytes());
+            assertEquals(2, registrar.live.get());
+            assertEquals(0, s.waits());
+            assertEquals(0, s.inUseBuffers());
+            RegisteredBuffer again = pool.acquire(4 << 10);
+            assertEquals(hits + 1, pool.stats().threadCacheHits(), "the thread's cache was drained");
+            again.release();
+        }
+    }
+
+    @Test
+    @Timeout(30)
     void shouldDeregisterEmptyChunksOfOtherClassesWhenAtCap() {
         CountingRegistrar registrar = new CountingRegistrar();
         try (BufferPool pool = new BufferPool(small("256k", "1s", "disabled"), registrar)) {

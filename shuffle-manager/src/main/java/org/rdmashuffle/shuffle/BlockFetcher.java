@@ -12,6 +12,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
+import org.rdmashuffle.pool.BufferPoolException;
 import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RdmaChannel;
@@ -43,6 +44,12 @@ import org.rdmashuffle.transport.TransportException;
  * once the fetcher is closed, returns the step's buffer to the pool itself. So no transport thread
  * ever waits for the pool or for room in a channel, and a closed fetcher gives back every buffer,
  * also those of READs that land after {@link #close}.
+ *
+ * <p><b>Failures.</b> What goes wrong with a peer (a missing output, a failed READ, metadata or sizes
+ * that do not fit what the driver knows) comes out of {@link #next} as a {@link FetchFailure} naming
+ * the request. What goes wrong on this executor — the pool exhausted by other tasks, an interrupted
+ * wait for it — leaves {@link #add}, {@link #progress} or {@link #next} as a
+ * {@link BufferPoolException}, which blames no peer.
  */
 public final class BlockFetcher implements AutoCloseable {
     /**
@@ -54,11 +61,40 @@ public final class BlockFetcher implements AutoCloseable {
      * @param mapId the map task attempt the MapOutputTracker names for it, or {@link #ANY_MAP_ID}
      * @param startPartition first partition, inclusive
      * @param endPartition last partition, exclusive
+     * @param expected what the shuffle and the MapOutputTracker say about the block, checked against what
+     *     the peer's output table and metadata claim before any buffer is taken for them
      */
     public record Request(NodeAddress peer, RegionDescriptor table, int mapIndex, long mapId, int startPartition,
-                          int endPartition) {
+                          int endPartition, Expected expected) {
         /** Accept whichever attempt the serving executor published. */
         public static final long ANY_MAP_ID = -1;
+
+        /** A request with nothing known beforehand ({@link Expected#UNKNOWN}). */
+        public Request(NodeAddress peer, RegionDescriptor table, int mapIndex, long mapId, int startPartition,
+                       int endPartition) {
+            this(peer, table, mapIndex, mapId, startPartition, endPartition, Expected.UNKNOWN);
+        }
+    }
+
+    /**
+     * What a block's map output must look like, known from the driver rather than from the peer.
+     *
+     * @param numPartitions the shuffle's partition count, which fixes the map output's metadata layout
+     *     (with the region count from its slot); {@link #UNKNOWN_PARTITIONS} when not known
+     * @param minBytes the fewest bytes the block may hold
+     * @param maxBytes the most bytes the block may hold
+     */
+    public record Expected(int numPartitions, long minBytes, long maxBytes) {
+        public static final int UNKNOWN_PARTITIONS = -1;
+        /** Nothing known: any layout, any size the fetcher can hold. */
+        public static final Expected UNKNOWN = new Expected(UNKNOWN_PARTITIONS, 0, Long.MAX_VALUE);
+
+        public Expected {
+            if (numPartitions < UNKNOWN_PARTITIONS || minBytes < 0 || maxBytes < minBytes) {
+                throw new IllegalArgumentException("impossible expectation: " + numPartitions + " partitions, "
+                        + minBytes + " to " + maxBytes + " bytes");
+            }
+        }
     }
 
     /** A fetched block: its bytes are {@code buffer().byteBuffer()} from 0 to {@link #length()}. */
@@ -122,9 +158,14 @@ public final class BlockFetcher implements AutoCloseable {
         DATA
     }
 
-    /** The READs posted to one peer and the steps waiting for room; task thread only. */
+    /**
+     * One peer: its channel, connected once per fetcher (or why that failed, which then fails every
+     * request to it), the READs posted to it and the steps waiting for room; task thread only.
+     */
     private static final class Peer {
         final ArrayDeque<Step> waiting = new ArrayDeque<>();
+        RdmaChannel channel;
+        TransportException connectFailure;
         int readsInFlight;
     }
 
@@ -162,6 +203,8 @@ public final class BlockFetcher implements AutoCloseable {
         ShuffleOutputTable.Metadata metadata;
         long postedNanos;
         boolean inFlight;
+        /** This step's entries in {@code postedOrder}, one per post; all but the last are stale. */
+        int postedEntries;
         @SuppressWarnings("unused")
         private volatile int left;
         private volatile int status;
@@ -219,9 +262,16 @@ public final class BlockFetcher implements AutoCloseable {
     // Task thread only.
     private final Map<NodeAddress, Peer> peers = new HashMap<>();
     private final List<Peer> peerList = new ArrayList<>();
-    /** Results that need no further READ (failures, empty blocks), in order. */
+    /**
+     * Results for {@link #next}, in order: failures, empty blocks, and blocks whose data landed (taken
+     * up by {@link #progress} or behind a failure), which hold pool buffers until closed.
+     */
     private final ArrayDeque<Object> ready = new ArrayDeque<>();
-    /** Steps in the order their READs were posted; the head may be stale (no longer in flight). */
+    /**
+     * Steps in the order their READs were posted, one entry per post. An entry is stale when its step is
+     * no longer in flight or was posted again since (for its next phase): then a later entry stands for
+     * it. Stale entries are dropped when they reach the head.
+     */
     private final ArrayDeque<Step> postedOrder = new ArrayDeque<>();
     private final ReadBatch batch = new ReadBatch(8);
     private Step filling;
@@ -271,21 +321,31 @@ public final class BlockFetcher implements AutoCloseable {
             throw new IllegalStateException("fetcher closed");
         }
         outstanding++;
-        RdmaChannel ch;
-        try {
-            ch = node.connect(r.peer()); // on the task's thread: completions never wait for a connect
-        } catch (TransportException e) {
-            ready.add(failure(r, "cannot connect", e));
-            return;
-        }
         Peer p = peers.get(r.peer());
         if (p == null) {
             p = new Peer();
             peers.put(r.peer(), p);
             peerList.add(p);
+            try {
+                p.channel = node.connect(r.peer()); // on the task's thread: completions never wait for a connect
+            } catch (TransportException e) {
+                p.connectFailure = e; // a dead peer costs one connect's timeouts and retries, not one per block
+            }
         }
-        p.waiting.add(new Step(this, r, ch, p));
+        if (p.connectFailure != null) {
+            ready.add(failure(r, "cannot connect", p.connectFailure));
+            return;
+        }
+        p.waiting.add(new Step(this, r, p.channel, p));
         pump(false);
+    }
+
+    /**
+     * Whether READs have landed that {@link #progress} would take up: one volatile read, cheap enough
+     * to ask per record; any thread.
+     */
+    public boolean hasLanded() {
+        return !landedSteps.isEmpty();
     }
 
     /** Blocks still to come out of {@link #next}. */
@@ -317,6 +377,8 @@ public final class BlockFetcher implements AutoCloseable {
      *
      * @throws FetchFailure naming the request when it failed, or naming the oldest request still
      *     outstanding when nothing landed in time
+     * @throws BufferPoolException when this executor's pool gives no buffer in time (or the wait was
+     *     interrupted: the interrupt flag stays set); no peer is to blame
      * @throws IllegalStateException when closed or when no block is outstanding
      */
     public Block next() throws FetchFailure, InterruptedException {
@@ -337,7 +399,14 @@ public final class BlockFetcher implements AutoCloseable {
             }
             if (result != null) {
                 outstanding--;
-                pump(false); // keep READs flowing while the caller decodes this block
+                try {
+                    pump(false); // keep READs flowing while the caller decodes this block
+                } catch (RuntimeException e) {
+                    if (result instanceof Block b) {
+                        b.close(); // the caller never sees it
+                    }
+                    throw e;
+                }
                 if (result instanceof FetchFailure f) {
                     throw f;
                 }
@@ -384,8 +453,10 @@ public final class BlockFetcher implements AutoCloseable {
     }
 
     private void prunePosted() {
-        while (!postedOrder.isEmpty() && !postedOrder.peek().inFlight) {
-            postedOrder.poll();
+        Step s;
+        while ((s = postedOrder.peek()) != null && (!s.inFlight || s.postedEntries > 1)) {
+            postedOrder.poll(); // a step's first entry is its oldest post: stale if it was posted again
+            s.postedEntries--;
         }
     }
 
@@ -399,6 +470,9 @@ public final class BlockFetcher implements AutoCloseable {
      * Posts waiting steps while the budget allows. Buffers are taken without waiting; only when
      * nothing else can make progress (no READ in flight, nothing landed or ready) and {@code mayWait},
      * it waits for the pool, up to the pool's acquire timeout.
+     *
+     * @throws BufferPoolException when the pool cannot give a buffer (the interrupt flag kept if that
+     *     was the reason); the step stays first in its line
      */
     private void pump(boolean mayWait) {
         for (int i = 0; i < peerList.size() && !closed; i++) {
@@ -415,20 +489,15 @@ public final class BlockFetcher implements AutoCloseable {
                 if (bytesInFlight > 0 && bytesInFlight + s.bytes > maxBytesInFlight) {
                     return; // the task's budget is spent: later steps wait their turn
                 }
-                RegisteredBuffer b;
-                try {
-                    b = pool.tryAcquire(s.bytes);
-                    if (b == null) {
-                        if (!mayWait || readsInFlight > 0 || !landedSteps.isEmpty() || !ready.isEmpty()) {
-                            return; // what is in flight or landed frees buffers or gives the caller work
-                        }
-                        b = pool.acquire(s.bytes);
+                // The pool's trouble (exhausted by other tasks, interrupted, a size above its cap) is this
+                // executor's, not the peer's: it leaves as a BufferPoolException, never a FetchFailure, and
+                // the step stays waiting.
+                RegisteredBuffer b = pool.tryAcquire(s.bytes);
+                if (b == null) {
+                    if (!mayWait || readsInFlight > 0 || !landedSteps.isEmpty() || !ready.isEmpty()) {
+                        return; // what is in flight or landed frees buffers or gives the caller work
                     }
-                } catch (RuntimeException e) {
-                    p.waiting.poll();
-                    ready.add(failure(s.request, "no receive buffer for the " + s.phase.name().toLowerCase()
-                            + " READ", e));
-                    continue;
+                    b = pool.acquire(s.bytes);
                 }
                 p.waiting.poll();
                 post(s, b);
@@ -473,6 +542,12 @@ public final class BlockFetcher implements AutoCloseable {
         } catch (RuntimeException e) {
             return failure(r, "partition range outside the map output", e);
         }
+        Expected e = r.expected();
+        if (bytes < e.minBytes() || bytes > e.maxBytes()) {
+            return failure(r, "map output at peer does not match MapOutputTracker: partitions [" + r.startPartition()
+                    + ", " + r.endPartition() + ") hold " + bytes + " bytes there, the tracker's size allows "
+                    + e.minBytes() + " to " + e.maxBytes(), null);
+        }
         if (bytes == 0) {
             return new Block(r, null, 0, 0);
         }
@@ -483,6 +558,32 @@ public final class BlockFetcher implements AutoCloseable {
         s.metadata = m;
         s.reads = pieces;
         s.bytes = (int) bytes;
+        return null;
+    }
+
+    /**
+     * Checks a slot's metadata length before a buffer is taken for it: with the shuffle's partition
+     * count known, the metadata is exactly a header, the slot's regions and one offset per partition
+     * boundary ({@link ShuffleOutputTable}); else it must fit one buffer.
+     *
+     * @return what is wrong, or null
+     */
+    private static String checkMetadataLength(Request r, int regionCount, long lengthBytes) {
+        int partitions = r.expected().numPartitions();
+        if (partitions == Expected.UNKNOWN_PARTITIONS) {
+            if (lengthBytes < ShuffleOutputTable.META_HEADER_BYTES + 8 || lengthBytes > Integer.MAX_VALUE - 8) {
+                return "metadata of " + lengthBytes + " bytes";
+            }
+            return null;
+        }
+        if (regionCount < 0) {
+            return regionCount + " regions";
+        }
+        long expected = ShuffleOutputTable.metadataBytes(regionCount, partitions);
+        if (lengthBytes != expected || expected > Integer.MAX_VALUE - 8) {
+            return "metadata of " + lengthBytes + " bytes, where " + regionCount + " regions and " + partitions
+                    + " partitions take " + expected;
+        }
         return null;
     }
 
@@ -522,6 +623,7 @@ public final class BlockFetcher implements AutoCloseable {
         readsInFlight += s.reads;
         bytesInFlight += s.bytes;
         postedOrder.add(s);
+        s.postedEntries++;
         try {
             s.channel.post(batch, s);
         } catch (TransportException | RuntimeException e) {
@@ -597,8 +699,9 @@ public final class BlockFetcher implements AutoCloseable {
                             + " that the MapOutputTracker names", null);
                 }
                 RegionDescriptor md = slot.metadata();
-                if (md.length() < 1 || md.length() > Integer.MAX_VALUE - 8) {
-                    return failure(r, "corrupt output table: metadata of " + md.length() + " bytes", null);
+                String wrongLength = checkMetadataLength(r, slot.regionCount(), md.length());
+                if (wrongLength != null) {
+                    return failure(r, "corrupt output table: " + wrongLength, null);
                 }
                 s.phase = Phase.METADATA;
                 s.mapId = slot.mapId();
@@ -621,6 +724,11 @@ public final class BlockFetcher implements AutoCloseable {
                     return failure(r, "corrupt map output metadata", e);
                 } finally {
                     s.releaseBuffer();
+                }
+                int partitions = r.expected().numPartitions();
+                if (partitions != Expected.UNKNOWN_PARTITIONS && m.layout().numPartitions() != partitions) {
+                    return failure(r, "corrupt map output metadata: " + m.layout().numPartitions()
+                            + " partitions in a shuffle of " + partitions, null);
                 }
                 metadataCache.put(r.peer(), r.table().rkey(), r.mapIndex(), s.mapId, m);
                 Object done = toData(s, m);
@@ -660,9 +768,9 @@ public final class BlockFetcher implements AutoCloseable {
     }
 
     /**
-     * Stops posting and returns every buffer: those of READs that landed now, and — through their
-     * completions — those of READs still in flight. Blocks already handed out stay valid until closed.
-     * Idempotent.
+     * Stops posting and returns every buffer: those of blocks that arrived but were not taken with
+     * {@link #next}, those of READs that landed now, and — through their completions — those of READs
+     * still in flight. Blocks already handed out stay valid until closed. Idempotent.
      */
     @Override
     public void close() {
@@ -671,10 +779,35 @@ public final class BlockFetcher implements AutoCloseable {
         }
         closed = true;
         for (Peer p : peerList) {
-            p.waiting.clear();
+            p.waiting.clear(); // steps waiting to be posted hold no buffer
         }
-        ready.clear(); // failures and empty blocks: no buffers
         postedOrder.clear();
-        drainLanded();
+        RuntimeException error = null;
+        Object result;
+        while ((result = ready.poll()) != null) {
+            if (result instanceof Block b) {
+                try {
+                    b.close();
+                } catch (RuntimeException e) {
+                    error = keepFirst(error, e);
+                }
+            }
+        }
+        try {
+            drainLanded();
+        } catch (RuntimeException e) {
+            error = keepFirst(error, e);
+        }
+        if (error != null) {
+            throw error;
+        }
+    }
+
+    private static RuntimeException keepFirst(RuntimeException first, RuntimeException later) {
+        if (first == null) {
+            return later;
+        }
+        first.addSuppressed(later);
+        return first;
     }
 }

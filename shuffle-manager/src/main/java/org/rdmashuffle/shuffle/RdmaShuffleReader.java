@@ -55,8 +55,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
     private final TaskContext context;
     private final ShuffleReadMetricsReporter metrics;
 
-    /** Where a block comes from, for metrics and for the FetchFailedException that names it. */
-    private record Origin(BlockManagerId address, NodeAddress peer, ShuffleBlockId blockId, int mapIndex) {
+    /**
+     * Where a block comes from, for metrics and for the FetchFailedException that names it, and the size
+     * the MapOutputTracker reports for it.
+     */
+    private record Origin(BlockManagerId address, NodeAddress peer, ShuffleBlockId blockId, int mapIndex,
+                          long reportedBytes) {
     }
 
     RdmaShuffleReader(RdmaShuffleManager manager, RdmaShuffleHandle handle, int startMapIndex, int endMapIndex,
@@ -106,8 +110,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 }
                 ShuffleBlockId id = (ShuffleBlockId) b._1();
                 int mapIndex = (Integer) b._3();
+                long reportedBytes = (Long) b._2();
                 if (isLocal) {
-                    local.add(new Origin(bm, null, id, mapIndex));
+                    local.add(new Origin(bm, null, id, mapIndex, reportedBytes));
                     continue;
                 }
                 if (peer == null) {
@@ -116,14 +121,15 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                         String why = "executor " + bm.executorId() + " at " + bm.hostPort()
                                 + " serves no RDMA node (its transport did not start)";
                         if (rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
-                            throw fetchFailed(new Origin(bm, null, id, mapIndex), new FetchFailure(null, why, null));
+                            throw fetchFailed(new Origin(bm, null, id, mapIndex, reportedBytes),
+                                    new FetchFailure(null, why, null));
                         }
                         LOG.warn("{}: reading shuffle {} partitions {}-{} with Spark's sort shuffle reader", why,
                                 shuffleId, startPartition, endPartition);
                         return sortRead();
                     }
                 }
-                remote.add(new Origin(bm, peer, id, mapIndex));
+                remote.add(new Origin(bm, peer, id, mapIndex, reportedBytes));
             }
         }
         for (Origin o : remote) {
@@ -148,8 +154,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         private final SparkEnv env = SparkEnv.get();
         private final ShuffleDependency<K, Object, C> dep = handle.dependency();
         private final org.apache.spark.serializer.SerializerInstance serializer = dep.serializer().newInstance();
+        /** Records of local blocks between two polls of the fetcher for pool room freed elsewhere. */
+        private static final int LOCAL_RECORDS_PER_PROGRESS = 1024;
         private int nextLocal;
         private InputStream localStream;
+        /** Local records read since the fetcher last had a chance to move (only while reading local blocks). */
+        private int localRecords;
         private BlockFetcher.Block block;
         private Iterator<Tuple2<Object, Object>> current;
         private boolean finished;
@@ -161,9 +171,14 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     rt.conf.maxBytesInFlight(), rt.conf.maxReadsInFlightPerPeer(), rt.conf.readBlockSizeBytes(),
                     rt.conf.requestTimeoutMs());
             context.addTaskCompletionListener((TaskCompletionListener) c -> finish());
+            int numPartitions = dep.partitioner().numPartitions();
             for (Origin o : remote) {
+                // Reported sizes are never 0 here (empty blocks are skipped), and a MapStatus reports 0 only for
+                // empty blocks: the block holds at least one byte.
+                BlockFetcher.Expected expected = new BlockFetcher.Expected(numPartitions, 1,
+                        SparkInterop.mostBytesOfBlock(o.reportedBytes(), numPartitions, env.conf()));
                 BlockFetcher.Request r = new BlockFetcher.Request(o.peer(), tables.get(o.address()), o.mapIndex(),
-                        o.blockId().mapId(), o.blockId().reduceId(), o.blockId().reduceId() + 1);
+                        o.blockId().mapId(), o.blockId().reduceId(), o.blockId().reduceId() + 1, expected);
                 origins.put(r, o);
                 fetcher.add(r);
             }
@@ -192,6 +207,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 throw new NoSuchElementException();
             }
             metrics.incRecordsRead(1);
+            if (localStream != null && (fetcher.hasLanded() || ++localRecords == LOCAL_RECORDS_PER_PROGRESS)) {
+                // A large local block must not hold back the remote ones' next READs (slot, metadata, data):
+                // take up what landed at once, and look for freed pool room now and then. No allocation.
+                localRecords = 0;
+                fetcher.progress();
+            }
             return current.next();
         }
 
@@ -212,7 +233,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             long t0 = System.nanoTime();
             try {
                 block = fetcher.next();
-            } catch (FetchFailure f) {
+            } catch (FetchFailure f) { // the peer's fault; this executor's own (e.g. BufferPoolException) passes
                 Origin o = blame(f);
                 rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
                 throw fetchFailed(o, f);

@@ -55,6 +55,11 @@ public final class ShuffleOutputTable implements AutoCloseable {
         return shuffleId;
     }
 
+    /** Length of the metadata region of a map output of {@code regionCount} regions and {@code numPartitions}. */
+    static long metadataBytes(int regionCount, int numPartitions) {
+        return META_HEADER_BYTES + (long) regionCount * RegionDescriptor.ENCODED_BYTES + (numPartitions + 1L) * 8;
+    }
+
     /** The table's region, which reducers READ slots from ({@code mapIndex * SLOT_BYTES}). */
     public RegionDescriptor descriptor() {
         return slotsRegion.descriptor();
@@ -72,8 +77,7 @@ public final class ShuffleOutputTable implements AutoCloseable {
         }
         MapOutputLayout l = output.layout();
         int regions = output.regionCount();
-        ByteBuffer meta = ByteBuffer.allocateDirect(META_HEADER_BYTES + regions * RegionDescriptor.ENCODED_BYTES
-                + (l.numPartitions() + 1) * 8);
+        ByteBuffer meta = ByteBuffer.allocateDirect(Math.toIntExact(metadataBytes(regions, l.numPartitions())));
         meta.putInt(regions).putInt(l.numPartitions()).putLong(regions == 0 ? 0 : l.regionLength(0));
         for (int r = 0; r < regions; r++) {
             output.region(r).writeTo(meta);

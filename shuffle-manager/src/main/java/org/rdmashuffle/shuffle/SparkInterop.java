@@ -1,6 +1,9 @@
 package org.rdmashuffle.shuffle;
 
 import java.nio.ByteBuffer;
+import org.apache.spark.SparkConf;
+import org.apache.spark.internal.config.package$;
+import org.apache.spark.scheduler.MapStatus$;
 import org.apache.spark.serializer.SerializerInstance;
 import org.apache.spark.serializer.SerializerManager;
 import org.apache.spark.shuffle.FetchFailedException;
@@ -10,7 +13,7 @@ import scala.Tuple2;
 
 /**
  * The one place that speaks Scala to Spark: stream wrapping and deserialisation of fetched blocks,
- * and the exception that makes Spark rerun a map stage. The rest of the project is plain Java.
+ * what the MapOutputTracker's block sizes mean, and the exception that makes Spark rerun a map stage. The rest of the project is plain Java.
  */
 public final class SparkInterop {
     private SparkInterop() {
@@ -49,6 +52,25 @@ public final class SparkInterop {
     @SuppressWarnings("unchecked")
     private static <T extends Throwable> T sneaky(Throwable e) throws T {
         throw (T) e;
+    }
+
+    /**
+     * The most bytes a shuffle block may hold when the MapOutputTracker reports {@code reportedBytes} for
+     * it. The tracker's sizes are not exact: a {@code MapStatus} keeps each size as a power of 1.1 rounded
+     * up (so never below the true size, apart from float rounding, which the 1% here covers); with more
+     * than {@code spark.shuffle.minNumPartitionsToHighlyCompress} partitions only blocks above
+     * {@code spark.shuffle.accurateBlockThreshold} (or skewed ones) are kept so, and the others are
+     * reported as the average of the small blocks, so each may hold up to that threshold.
+     */
+    public static long mostBytesOfBlock(long reportedBytes, int numPartitions, SparkConf conf) {
+        long most = reportedBytes >= MapStatus$.MODULE$.decompressSize((byte) 255)
+                ? Long.MAX_VALUE // the largest size a MapStatus can record: the block may be larger
+                : reportedBytes + reportedBytes / 100 + 1;
+        int highlyCompressedAbove = (Integer) conf.get(package$.MODULE$.SHUFFLE_MIN_NUM_PARTS_TO_HIGHLY_COMPRESS());
+        if (numPartitions > highlyCompressedAbove) {
+            most = Math.max(most, (Long) conf.get(package$.MODULE$.SHUFFLE_ACCURATE_BLOCK_THRESHOLD()));
+        }
+        return most;
     }
 
     /** A {@link FetchFailedException} for {@code failure}, naming the map output and reduce partition. */

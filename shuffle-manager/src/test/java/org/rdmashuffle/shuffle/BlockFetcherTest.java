@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -26,15 +28,21 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
+import org.rdmashuffle.pool.BufferPoolException;
 import org.rdmashuffle.pool.BufferPoolOptions;
 import org.rdmashuffle.pool.RegisteredBuffer;
+import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RdmaTransport;
 import org.rdmashuffle.transport.ReadBatch;
+import org.rdmashuffle.transport.ReadListener;
 import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.RegionAccess;
+import org.rdmashuffle.transport.RegionDescriptor;
+import org.rdmashuffle.transport.TransportException;
 
 class BlockFetcherTest {
     private static final RdmaShuffleConf CONF = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
@@ -133,6 +141,127 @@ class BlockFetcherTest {
             FetchFailure g = assertThrows(FetchFailure.class, fetcher::next);
             assertEquals(lost, g.request());
             assertEquals(0, fetcher.bytesInFlight());
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldFailWithoutFetchingWhenTheBlockSizeDoesNotMatchTheTracker(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             ShuffleOutputTable table = publish(executor, dir);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
+            int size = (int) offsets[1][1];
+            assertTrue(size > 0, "block is empty");
+            BlockFetcher.Request matching = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1, 1,
+                    0, 1, new BlockFetcher.Expected(PARTS, 1, size));
+            fetcher.add(matching);
+            try (BlockFetcher.Block b = fetcher.next()) {
+                assertEquals(-1, b.bytes().mismatch(ByteBuffer.wrap(data[1], 0, size)));
+            }
+            long acquires = pool.stats().acquires();
+            BlockFetcher.Request smaller = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1, 1,
+                    0, 1, new BlockFetcher.Expected(PARTS, 1, size - 1));
+            fetcher.add(smaller);
+            FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+            assertEquals(smaller, f.request());
+            assertTrue(f.getMessage().contains("map output at peer does not match MapOutputTracker"), f.getMessage());
+            assertTrue(f.getMessage().contains(size + " bytes"), f.getMessage());
+            BlockFetcher.Request emptyThere = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1,
+                    1, 1, 2, new BlockFetcher.Expected(PARTS, 1, 1000)); // partition 1 is empty at the peer
+            assertEquals(0, offsets[1][2] - offsets[1][1]);
+            fetcher.add(emptyThere);
+            f = assertThrows(FetchFailure.class, fetcher::next);
+            assertTrue(f.getMessage().contains("does not match MapOutputTracker"), f.getMessage());
+            assertEquals(acquires, pool.stats().acquires(), "a buffer was taken for a block that does not match");
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldFailBeforeTakingABufferWhenASlotClaimsMoreMetadataThanTheShuffleHas(@TempDir Path dir)
+            throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             ShuffleOutputTable table = publish(executor, dir);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
+            // A lying peer's table: map index 0 published, its metadata said to be 64 MiB.
+            ByteBuffer slots = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
+            RegionDescriptor real = table.descriptor();
+            slots.putInt(1).putInt(1).putLong(0).putLong(real.address()).putInt(real.rkey()).putInt(64 << 20).clear();
+            try (MemoryRegion forged = executor.register(slots, RegionAccess.REMOTE_READ)) {
+                BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), forged.descriptor(), 0, 0,
+                        0, 1, new BlockFetcher.Expected(PARTS, 1, 1 << 20));
+                fetcher.add(r);
+                FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+                assertEquals(r, f.request());
+                assertTrue(f.getMessage().contains("corrupt output table"), f.getMessage());
+                assertTrue(f.getMessage().contains("metadata of " + (64 << 20) + " bytes"), f.getMessage());
+                assertEquals(1, pool.stats().acquires(), "only the slot's buffer may be taken: " + pool.stats());
+                assertEquals(0, pool.stats().inUseBuffers());
+            }
+            // The same map index in the real table, but a shuffle of another partition count: its metadata
+            // cannot be this map output's.
+            BlockFetcher.Request other = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0,
+                    0, 1, new BlockFetcher.Expected(PARTS + 3, 1, 1 << 20));
+            fetcher.add(other);
+            FetchFailure g = assertThrows(FetchFailure.class, fetcher::next);
+            assertTrue(g.getMessage().contains("corrupt output table"), g.getMessage());
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldConnectOnceAndFailEveryRequestWhenNothingListensAtThePeer() throws Exception {
+        RdmaShuffleConf noRetries = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+                "spark.shuffle.rdma.pool.leakDetection", "paranoid",
+                "spark.shuffle.rdma.connectRetries", "0"));
+        NodeAddress gone;
+        RegionDescriptor table;
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             ShuffleOutputTable t = new ShuffleOutputTable(executor, 17, 8)) {
+            gone = executor.localAddress();
+            table = t.descriptor();
+        } // the executor is gone: nothing listens at its address any more
+        try (RdmaNode reducer = RdmaTransport.open(noRetries, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(noRetries), reducer.sinkRegistrar())) {
+            java.util.concurrent.atomic.AtomicInteger connects = new java.util.concurrent.atomic.AtomicInteger();
+            RdmaNode counting = (RdmaNode) Proxy.newProxyInstance(RdmaNode.class.getClassLoader(),
+                    new Class<?>[] {RdmaNode.class}, (proxy, method, args) -> {
+                        if (method.getName().equals("connect")) {
+                            connects.incrementAndGet();
+                        }
+                        try {
+                            return method.invoke(reducer, args);
+                        } catch (InvocationTargetException e) {
+                            throw e.getCause();
+                        }
+                    });
+            try (BlockFetcher fetcher = new BlockFetcher(counting, pool, 1 << 20, 64 << 10, 60_000)) {
+                List<BlockFetcher.Request> requests = new ArrayList<>();
+                for (int m = 0; m < 8; m++) {
+                    BlockFetcher.Request r = new BlockFetcher.Request(gone, table, m, m, 0, 1);
+                    requests.add(r);
+                    fetcher.add(r);
+                }
+                assertEquals(1, connects.get(), "connects to a dead peer");
+                Set<BlockFetcher.Request> failed = new HashSet<>();
+                Set<Throwable> causes = new HashSet<>();
+                while (fetcher.outstanding() > 0) {
+                    FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+                    assertTrue(f.getMessage().contains("cannot connect"), f.getMessage());
+                    assertTrue(f.getMessage().contains("map index " + f.request().mapIndex()), f.getMessage());
+                    failed.add(f.request());
+                    causes.add(f.getCause());
+                }
+                assertEquals(new HashSet<>(requests), failed, "every request fails on its own");
+                assertEquals(1, causes.size(), "one connect, one cause: " + causes);
+            }
             assertEquals(0, pool.stats().inUseBuffers());
         }
     }
@@ -258,6 +387,73 @@ class BlockFetcherTest {
         }
     }
 
+    /** Calls {@link BlockFetcher#progress} until every READ is taken up and {@code bytes} are in blocks. */
+    private static void progressUntilArrived(BlockFetcher fetcher, long bytes) throws InterruptedException {
+        assertTrue(eventually(60, () -> {
+            fetcher.progress(); // as the reader does between local blocks
+            return fetcher.readsInFlight() == 0 && fetcher.bytesInFlight() == bytes;
+        }), "blocks did not arrive: " + fetcher.readsInFlight() + " READs, " + fetcher.bytesInFlight() + " bytes");
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldReturnBuffersOfArrivedBlocksWhenClosedBeforeTheyAreTaken(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 13, 4, 1, 50_000, 11);
+            try (ShuffleOutputTable table = out.table) {
+                BlockFetcher fetcher = new BlockFetcher(reducer, pool, 16 << 20, 1 << 20, 60_000);
+                long total = 0;
+                for (int m = 0; m < 4; m++) {
+                    assertTrue(out.offsets[m][1] > 0, "map " + m + " is empty");
+                    total += out.offsets[m][1];
+                    fetcher.add(out.request(executor.localAddress(), m, 0, 1));
+                }
+                progressUntilArrived(fetcher, total);
+                assertEquals(4, pool.stats().inUseBuffers(), "the arrived blocks hold one buffer each");
+                fetcher.close(); // the task ends while reading local blocks: none of the four was taken
+                assertEquals(0, pool.stats().inUseBuffers(), "buffers of arrived blocks lost: " + pool.stats());
+                assertEquals(0, pool.stats().inUseBytes());
+            }
+            assertEquals(0, pool.stats().leaksDetected());
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldReturnBuffersOfBlocksQueuedBehindAFailureWhenNextThrowsIt(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 14, 4, 2, 50_000, 12);
+            try (ShuffleOutputTable table = out.table) {
+                BlockFetcher fetcher = new BlockFetcher(reducer, pool, 16 << 20, 1 << 20, 60_000);
+                fetcher.add(out.request(executor.localAddress(), 0, 0, 2));
+                try (BlockFetcher.Block b = fetcher.next()) {
+                    out.assertBytes(b); // map 0's metadata is cached from now on
+                }
+                // Cached metadata: the range outside the output fails at once, ahead of the blocks added after it.
+                BlockFetcher.Request bad = out.request(executor.localAddress(), 0, 1, 3);
+                fetcher.add(bad);
+                long total = 0;
+                for (int m = 1; m < 4; m++) {
+                    assertTrue(out.offsets[m][2] > 0, "map " + m + " is empty");
+                    total += out.offsets[m][2];
+                    fetcher.add(out.request(executor.localAddress(), m, 0, 2));
+                }
+                progressUntilArrived(fetcher, total);
+                FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+                assertEquals(bad, f.request());
+                assertEquals(3, pool.stats().inUseBuffers(), "the blocks behind the failure hold one buffer each");
+                fetcher.close(); // the task fails with f
+                assertEquals(0, pool.stats().inUseBuffers(), "buffers of queued blocks lost: " + pool.stats());
+                assertEquals(0, pool.stats().inUseBytes());
+            }
+            assertEquals(0, pool.stats().leaksDetected());
+        }
+    }
+
     @Test
     @Timeout(120)
     void shouldKeepCompletionsFlowingWhenThePoolIsAtItsCap(@TempDir Path dir) throws Exception {
@@ -310,6 +506,237 @@ class BlockFetcherTest {
             }
             assertEquals(0, pool.stats().inUseBuffers());
             assertEquals(0, pool.stats().timeouts());
+        }
+    }
+
+    /** A pool of 256k: a chunk of 4k buffers and one of 64k buffers, with {@code acquireTimeout}. */
+    private static BufferPool smallPool(RdmaNode reducer, String acquireTimeout) {
+        return new BufferPool(BufferPoolOptions.from(new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+                "spark.shuffle.rdma.pool.leakDetection", "paranoid",
+                "spark.shuffle.rdma.pool.minBufferSize", "4k",
+                "spark.shuffle.rdma.pool.maxBufferSize", "64k",
+                "spark.shuffle.rdma.pool.chunkSize", "128k",
+                "spark.shuffle.rdma.pool.maxRegisteredBytes", "256k",
+                "spark.shuffle.rdma.pool.acquireTimeout", acquireTimeout))), reducer.sinkRegistrar());
+    }
+
+    /** Takes every 64k buffer of {@code pool} after one 4k buffer: slots and metadata fit, data blocks do not. */
+    private static List<RegisteredBuffer> fillTo64kCap(BufferPool pool) {
+        List<RegisteredBuffer> held = new ArrayList<>();
+        held.add(pool.acquire(4 << 10));
+        held.add(pool.acquire(64 << 10));
+        held.add(pool.acquire(64 << 10));
+        assertEquals(256 << 10, pool.stats().registeredBytes());
+        return held;
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldFailAsThisExecutorsTroubleNotThePeersWhenThePoolIsExhausted(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = smallPool(reducer, "0ms")) {
+            Outputs out = new Outputs(executor, dir, 15, 1, 1, 60_000, 7);
+            List<RegisteredBuffer> held = fillTo64kCap(pool); // other tasks hold the pool's 64k buffers
+            try (ShuffleOutputTable table = out.table;
+                 BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 60_000)) {
+                assertTrue(out.offsets[0][1] > 4096, "block fits a 4k buffer");
+                fetcher.add(out.request(executor.localAddress(), 0, 0, 1));
+                Exception e = assertThrows(Exception.class, fetcher::next);
+                assertFalse(e instanceof FetchFailure, "the pool's exhaustion blamed on the peer: " + e);
+                assertTrue(e instanceof BufferPoolException, e.toString());
+                assertTrue(e.getMessage().contains("buffer pool exhausted"), e.getMessage());
+                assertEquals(1, fetcher.outstanding(), "the block is still to come");
+                held.forEach(RegisteredBuffer::release); // the other tasks finish: the same fetcher goes on
+                held.clear();
+                try (BlockFetcher.Block b = fetcher.next()) {
+                    out.assertBytes(b);
+                }
+            } finally {
+                held.forEach(RegisteredBuffer::release);
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldKeepTheInterruptAndBlameNoPeerWhenInterruptedWaitingForThePool(@TempDir Path dir) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = smallPool(reducer, "10m")) {
+            Outputs out = new Outputs(executor, dir, 16, 1, 1, 60_000, 7);
+            List<RegisteredBuffer> held = fillTo64kCap(pool);
+            try (ShuffleOutputTable table = out.table;
+                 BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 600_000)) {
+                CompletableFuture<Throwable> thrown = new CompletableFuture<>();
+                CompletableFuture<Boolean> interruptKept = new CompletableFuture<>();
+                Thread task = new Thread(() -> {
+                    try {
+                        fetcher.add(out.request(executor.localAddress(), 0, 0, 1));
+                        fetcher.next().close();
+                        thrown.complete(null);
+                    } catch (Throwable t) {
+                        thrown.complete(t);
+                    } finally {
+                        interruptKept.complete(Thread.currentThread().isInterrupted());
+                    }
+                });
+                task.start();
+                assertTrue(eventually(60, () -> pool.stats().waits() > 0 || thrown.isDone()), "nobody waited");
+                task.interrupt(); // the task is killed while it waits for a buffer
+                Throwable t = thrown.get();
+                assertTrue(t != null && !(t instanceof FetchFailure), "interruption blamed on the peer: " + t);
+                assertTrue(t instanceof BufferPoolException, String.valueOf(t));
+                assertTrue(interruptKept.get(), "the interrupt flag was lost");
+                task.join();
+            } finally {
+                held.forEach(RegisteredBuffer::release);
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    /**
+     * A channel whose READs go over the real one, but whose completions reach the fetcher only when the
+     * test releases them, post by post.
+     */
+    private static final class GatedChannel implements RdmaChannel {
+        /** One post: its listener and the completions the real channel delivered for it. */
+        private static final class Post {
+            final ReadListener listener;
+            final int reads;
+            final List<long[]> completions = new ArrayList<>();
+
+            Post(ReadListener listener, int reads) {
+                this.listener = listener;
+                this.reads = reads;
+            }
+        }
+
+        private final RdmaChannel real;
+        final List<Post> posts = new ArrayList<>();
+
+        GatedChannel(RdmaChannel real) {
+            this.real = real;
+        }
+
+        @Override
+        public NodeAddress peer() {
+            return real.peer();
+        }
+
+        @Override
+        public void post(ReadBatch batch, ReadListener listener) throws TransportException {
+            Post p = new Post(listener, batch.size());
+            synchronized (this) {
+                posts.add(p);
+            }
+            real.post(batch, (id, st, len) -> {
+                synchronized (p) {
+                    p.completions.add(new long[] {id, st, len});
+                }
+            });
+        }
+
+        synchronized int postCount() {
+            return posts.size();
+        }
+
+        /** Hands post {@code i}'s completions to the fetcher, once they all came. */
+        void release(int i) throws InterruptedException {
+            Post p;
+            synchronized (this) {
+                p = posts.get(i);
+            }
+            assertTrue(eventually(60, () -> {
+                synchronized (p) {
+                    return p.completions.size() == p.reads;
+                }
+            }), "post " + i + " never completed");
+            for (long[] c : p.completions) {
+                p.listener.onReadComplete(c[0], (int) c[1], (int) c[2]);
+            }
+        }
+
+        @Override
+        public CompletableFuture<ByteBuffer> call(ByteBuffer request) {
+            return real.call(request);
+        }
+
+        @Override
+        public boolean isOpen() {
+            return real.isOpen();
+        }
+
+        @Override
+        public void close() {
+            real.close();
+        }
+    }
+
+    /** {@code node}, but every channel it connects is {@code gate} (over the real channel). */
+    private static RdmaNode gatedNode(RdmaNode node, GatedChannel[] gate) {
+        return (RdmaNode) Proxy.newProxyInstance(RdmaNode.class.getClassLoader(), new Class<?>[] {RdmaNode.class},
+                (proxy, method, args) -> {
+                    try {
+                        Object result = method.invoke(node, args);
+                        if (method.getName().equals("connect")) {
+                            if (gate[0] == null) {
+                                gate[0] = new GatedChannel((RdmaChannel) result);
+                            }
+                            return gate[0];
+                        }
+                        return result;
+                    } catch (InvocationTargetException e) {
+                        throw e.getCause();
+                    }
+                });
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldBlameTheOldestPostStillInFlightWhenAnotherStepWasPostedAgainSince(@TempDir Path dir)
+            throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 18, 3, 1, 10_000, 13);
+            GatedChannel[] gate = new GatedChannel[1];
+            try (ShuffleOutputTable table = out.table;
+                 BlockFetcher fetcher = new BlockFetcher(gatedNode(reducer, gate), pool, 1 << 20, 64 << 10, 60_000)) {
+                BlockFetcher.Request w = out.request(executor.localAddress(), 0, 0, 1);
+                BlockFetcher.Request x = out.request(executor.localAddress(), 1, 0, 1);
+                BlockFetcher.Request y = out.request(executor.localAddress(), 2, 0, 1);
+                fetcher.add(w); // post 0: w's slot
+                fetcher.add(x); // post 1: x's slot
+                fetcher.add(y); // post 2: y's slot
+                assertEquals(3, gate[0].postCount());
+                assertEquals(w, fetcher.oldestOutstanding());
+                gate[0].release(1);
+                fetcher.progress(); // post 3: x's metadata, after y's slot
+                assertEquals(4, gate[0].postCount());
+                gate[0].release(0);
+                fetcher.progress(); // post 4: w's metadata
+                assertEquals(5, gate[0].postCount());
+                // In flight, oldest first: y's slot (post 2), x's metadata (3), w's metadata (4).
+                assertEquals(y, fetcher.oldestOutstanding(), "blamed a request posted again since");
+                gate[0].release(2);
+                fetcher.progress(); // post 5: y's metadata
+                assertEquals(x, fetcher.oldestOutstanding());
+                for (int i = 3; i < gate[0].postCount(); i++) {
+                    gate[0].release(i);
+                    fetcher.progress();
+                }
+                assertTrue(gate[0].postCount() == 9, "posts: " + gate[0].postCount()); // and three data READs
+                for (int i = 0; i < 3; i++) {
+                    try (BlockFetcher.Block b = fetcher.next()) {
+                        out.assertBytes(b);
+                    }
+                }
+                assertEquals(null, fetcher.oldestOutstanding());
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
         }
     }
 

@@ -78,4 +78,37 @@ class SparkInteropTest {
         assertEquals(5, reason.mapIndex());
         assertEquals(9, reason.reduceId());
     }
+
+    @ParameterizedTest(name = "{0} partitions")
+    @CsvSource({"200", "3000"})
+    void shouldBoundEveryBlockAtOrAboveItsSizeWhenAMapStatusReportsIt(int partitions) {
+        SparkConf conf = new SparkConf(false);
+        java.util.SplittableRandom rnd = new java.util.SplittableRandom(partitions);
+        long[] sizes = new long[partitions];
+        for (int p = 0; p < partitions; p++) {
+            int kind = rnd.nextInt(10);
+            sizes[p] = kind == 0 ? 0
+                    : kind == 1 ? (long) Math.pow(1.1, 1 + rnd.nextInt(200)) + rnd.nextInt(3) - 1 // near a step
+                    : kind == 2 ? (150L << 20) + rnd.nextLong(1L << 30) // above the accurate-size threshold
+                    : 1 + rnd.nextLong(rnd.nextBoolean() ? 100 : 50L << 20);
+            sizes[p] = Math.max(0, sizes[p]);
+        }
+        org.apache.spark.scheduler.MapStatus status = org.apache.spark.scheduler.MapStatus$.MODULE$.apply(
+                BlockManagerId.apply("exec-1", "host", 7337, Option.empty()), sizes, 5L, 0L);
+        assertEquals(partitions > 2000, status instanceof org.apache.spark.scheduler.HighlyCompressedMapStatus,
+                status.getClass().getName());
+        for (int p = 0; p < partitions; p++) {
+            long reported = status.getSizeForBlock(p);
+            assertEquals(sizes[p] == 0, reported == 0, "partition " + p + ": " + sizes[p] + " reported as " + reported);
+            if (reported == 0) {
+                continue;
+            }
+            long most = SparkInterop.mostBytesOfBlock(reported, partitions, conf);
+            assertTrue(sizes[p] <= most, "partition " + p + ": " + sizes[p] + " bytes, bound " + most);
+            if (partitions <= 2000) {
+                assertTrue(most <= sizes[p] + sizes[p] / 8 + 2, "partition " + p + ": loose bound " + most
+                        + " for " + sizes[p] + " bytes");
+            }
+        }
+    }
 }
