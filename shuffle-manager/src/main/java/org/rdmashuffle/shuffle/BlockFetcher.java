@@ -191,7 +191,6 @@ public final class BlockFetcher implements AutoCloseable {
 
         final BlockFetcher fetcher;
         final Request request;
-        final RdmaChannel channel;
         final Peer peer;
         Phase phase = Phase.START;
         /** READs and bytes the current phase posts (or posted). */
@@ -210,10 +209,9 @@ public final class BlockFetcher implements AutoCloseable {
         private volatile int status;
         private volatile long landedNanos;
 
-        Step(BlockFetcher fetcher, Request request, RdmaChannel channel, Peer peer) {
+        Step(BlockFetcher fetcher, Request request, Peer peer) {
             this.fetcher = fetcher;
             this.request = request;
-            this.channel = channel;
             this.peer = peer;
         }
 
@@ -336,7 +334,7 @@ public final class BlockFetcher implements AutoCloseable {
             ready.add(failure(r, "cannot connect", p.connectFailure));
             return;
         }
-        p.waiting.add(new Step(this, r, p.channel, p));
+        p.waiting.add(new Step(this, r, p));
         pump(false);
     }
 
@@ -625,7 +623,7 @@ public final class BlockFetcher implements AutoCloseable {
         postedOrder.add(s);
         s.postedEntries++;
         try {
-            s.channel.post(batch, s);
+            postTo(s, batch);
         } catch (TransportException | RuntimeException e) {
             // Nothing was posted: no completion will come.
             s.inFlight = false;
@@ -636,6 +634,23 @@ public final class BlockFetcher implements AutoCloseable {
             ready.add(failure(r, "cannot post the " + s.phase.name().toLowerCase() + " READs", e));
         } finally {
             batch.clear();
+        }
+    }
+
+    /**
+     * Posts to the peer's channel. A channel that closed itself after going unused while this task held
+     * it (the transport's idle timeout: nothing was outstanding on it) is replaced once by a fresh one.
+     */
+    private void postTo(Step s, ReadBatch batch) throws TransportException {
+        Peer p = s.peer;
+        try {
+            p.channel.post(batch, s);
+        } catch (TransportException e) {
+            if (e.status() != ReadStatus.IDLE_CLOSED) {
+                throw e;
+            }
+            p.channel = node.connect(s.request.peer());
+            p.channel.post(batch, s);
         }
     }
 

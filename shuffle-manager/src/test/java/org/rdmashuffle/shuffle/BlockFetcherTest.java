@@ -74,6 +74,34 @@ class BlockFetcherTest {
 
     @Test
     @Timeout(60)
+    void shouldConnectAgainWhenItsChannelClosedItselfAfterGoingUnusedWhileTheTaskHeldIt(@TempDir Path dir)
+            throws Exception {
+        RdmaShuffleConf idle = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+                "spark.shuffle.rdma.idleTimeout", "1s"));
+        try (RdmaNode executor = RdmaTransport.open(idle, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(idle, NodeOptions.loopback());
+             ShuffleOutputTable table = publish(executor, dir);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(idle), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 300_000, 64 << 10, 20_000)) {
+            fetcher.add(new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0, 0, PARTS));
+            try (BlockFetcher.Block b = fetcher.next()) {
+                assertEquals(data[0].length, b.length());
+            }
+            RdmaChannel first = reducer.connect(executor.localAddress());
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while (first.isOpen()) { // unused for the idle timeout, the channel closes itself
+                assertTrue(System.nanoTime() < deadline, "the unused channel never closed");
+                Thread.sleep(50);
+            }
+            fetcher.add(new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1, 1, 0, PARTS));
+            try (BlockFetcher.Block b = fetcher.next()) {
+                assertEquals(-1, b.bytes().mismatch(ByteBuffer.wrap(data[1])), "bytes after reconnecting");
+            }
+        }
+    }
+
+    @Test
+    @Timeout(60)
     void shouldDeliverEveryRangeByteForByteWithinTheInFlightBound(@TempDir Path dir) throws Exception {
         try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
              RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
