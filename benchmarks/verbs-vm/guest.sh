@@ -155,7 +155,7 @@ contract() {  # $1=label $2=ip
   say "transport contract suite over $1 ($2)"
   trace_start
   timeout 1500 "$JAVA" "${JOPTS[@]}" -XX:TieredStopAtLevel=1 "-Drdma.test.verbs.host=$2" \
-    -Drdma.test.verbs.maxQpReadAtoms=16 -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+    -Drdma.test.verbs.maxQpReadAtoms=16 -Drdma.test.verbs.queuedReads=2000 -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
     -Dorg.slf4j.simpleLogger.log.org.rdmashuffle.transport.verbs=info -Dorg.slf4j.simpleLogger.showDateTime=true \
     -jar "$CONSOLE" execute --class-path "$CP" \
     --select-class org.rdmashuffle.transport.verbs.VerbsTransportContractTest \

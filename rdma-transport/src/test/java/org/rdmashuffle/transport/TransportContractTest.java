@@ -72,6 +72,14 @@ public abstract class TransportContractTest {
         return false;
     }
 
+    /**
+     * READs the queueing test posts to one peer in one batch (completions post a tenth more). Far more
+     * than a channel's ring or send queue holds at the small {@code sendQueueDepth} that test uses.
+     */
+    protected int queuedReadsToOnePeer() {
+        return 12_000;
+    }
+
     protected NodeOptions baseOptions() {
         return new NodeOptions(host(), host(), ControlHandler.NONE, null);
     }
@@ -407,13 +415,15 @@ public abstract class TransportContractTest {
     @Test
     @Timeout(120)
     void shouldCompleteEveryReadWhenTenThousandAreQueuedToOnePeerAndCompletionsPostMore() throws Exception {
-        int first = 12_000;
+        int first = queuedReadsToOnePeer();
         int follow = first / 10;
         int len = 64;
+        // A small send queue, so that even a smaller count (see queuedReadsToOnePeer) queues far past it.
+        RdmaNode poster = open(Map.of("spark.shuffle.rdma.sendQueueDepth", "16"));
         ByteBuffer sinkMem = ByteBuffer.allocateDirect((first + follow) * len);
-        MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK);
+        MemoryRegion sink = poster.register(sinkMem, RegionAccess.READ_SINK);
         closeables.add(sink);
-        RdmaChannel ch = client.connect(server.localAddress());
+        RdmaChannel ch = poster.connect(server.localAddress());
         RegionDescriptor d = served.descriptor();
         List<Throwable> postErrors = java.util.Collections.synchronizedList(new ArrayList<>());
         Completions c = new Completions(first + follow) {
