@@ -42,8 +42,9 @@ class VerbsTransportContractTest extends TransportContractTest {
     }
 
     /**
-     * 12,000 by default; the SoftiWARP/Soft-RoCE harness sets fewer ({@code rdma.test.verbs.queuedReads}),
-     * since under software emulation small READs complete slowly (12,000 did not finish within the test's 120 s).
+     * 12,000 by default; the SoftiWARP/Soft-RoCE harness sets 2,000 ({@code rdma.test.verbs.queuedReads}) to keep
+     * the emulated run short. Over verbs this test currently stalls (on 2026-12-03 over siw: 216 of 2,200 READs
+     * completed, the rest failed when the test gave up at 120 s), an open defect of the verbs channel's queueing.
      */
     @Override
     protected int queuedReadsToOnePeer() {
