@@ -11,7 +11,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
 import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.pool.Registration;
@@ -55,11 +54,9 @@ final class VerbsChannel implements RdmaChannel {
     private final NodeAddress peer;
     private final InetSocketAddress rdmaTarget;
     private final int credits;
-    private final int queueLimit;
     private final long requestTimeoutNanos;
     private final String connection;
     private final ReentrantLock lock = new ReentrantLock();
-    private final Condition space = lock.newCondition();
 
     // Guarded by lock.
     private int state = OPEN;
@@ -98,7 +95,7 @@ final class VerbsChannel implements RdmaChannel {
     private int qHead;
     private int qSize;
 
-    VerbsChannel(VerbsNode node, NodeAddress peer, InetSocketAddress rdmaTarget, int credits, int queueLimit,
+    VerbsChannel(VerbsNode node, NodeAddress peer, InetSocketAddress rdmaTarget, int credits,
                  long requestTimeoutMs, long stallCheckMs, String connection) {
         this.connection = connection;
         this.stallNanos = TimeUnit.MILLISECONDS.toNanos(stallCheckMs);
@@ -106,7 +103,6 @@ final class VerbsChannel implements RdmaChannel {
         this.peer = peer;
         this.rdmaTarget = rdmaTarget;
         this.credits = credits;
-        this.queueLimit = queueLimit;
         this.requestTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(requestTimeoutMs);
         this.chains = new SVCPostSend[credits + 1];
         slotRemote = new long[credits];
@@ -178,13 +174,14 @@ final class VerbsChannel implements RdmaChannel {
         for (int i = 0; i < n; i++) {
             regionOf(batch, i); // validates every destination before anything is posted
         }
-        boolean onCompletionThread = node.isCompletionThread();
         int accepted = 0;
         lock.lock();
         try {
             long now = System.nanoTime();
             for (; accepted < n; accepted++) {
-                if (state == CLOSED || (!onCompletionThread && !awaitQueueRoom())) {
+                // A post never waits (on a task thread or on a completion thread alike): past the send
+                // queue depth the queue grows; callers bound what they post (the fetcher's per-peer budget).
+                if (state == CLOSED) {
                     break;
                 }
                 int len = batch.length(accepted);
@@ -209,23 +206,6 @@ final class VerbsChannel implements RdmaChannel {
         for (int i = accepted; i < n; i++) {
             node.completeLater(listener, batch.requestId(i), ReadStatus.CHANNEL_CLOSED);
         }
-    }
-
-    private boolean awaitQueueRoom() {
-        long deadline = System.nanoTime() + requestTimeoutNanos;
-        while (state != CLOSED && qSize >= queueLimit) {
-            long left = deadline - System.nanoTime();
-            if (left <= 0) {
-                return false;
-            }
-            try {
-                space.awaitNanos(Math.min(left, TimeUnit.MILLISECONDS.toNanos(100)));
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                return false;
-            }
-        }
-        return state != CLOSED;
     }
 
     private VerbsRegion regionOf(ReadBatch b, int i) {
@@ -373,7 +353,6 @@ final class VerbsChannel implements RdmaChannel {
                     chainBroken = e;
                 }
             }
-            space.signalAll();
             try {
                 if (chainBroken != null) {
                     throw chainBroken;
@@ -625,7 +604,9 @@ final class VerbsChannel implements RdmaChannel {
             int oldest = -1;
             for (int s = 0; s < credits; s++) {
                 if (slotBusy[s]) {
-                    if (now - slotPostNanos[s] > requestTimeoutNanos) {
+                    // Counted from the later of its post and the channel's last progress: a long queue
+                    // that moves is not a timeout.
+                    if (now - Math.max(slotPostNanos[s], lastProgressNanos) > requestTimeoutNanos) {
                         late = "a READ was outstanding";
                     }
                     if (oldest < 0 || slotSeq[s] < slotSeq[oldest]) {
@@ -633,7 +614,8 @@ final class VerbsChannel implements RdmaChannel {
                     }
                 }
             }
-            if (late == null && qSize > 0 && now - qPostNanos[qHead] > requestTimeoutNanos) {
+            if (late == null && qSize > 0
+                    && now - Math.max(qPostNanos[qHead], lastProgressNanos) > requestTimeoutNanos) {
                 late = "a READ waited to be posted";
             }
             if (late == null && state == OPEN && oldest >= 0 && !stallCheckRunning
@@ -752,7 +734,6 @@ final class VerbsChannel implements RdmaChannel {
                     chains[k] = null;
                 }
             }
-            space.signalAll();
         } finally {
             lock.unlock();
         }

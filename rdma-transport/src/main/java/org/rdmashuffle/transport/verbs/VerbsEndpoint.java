@@ -39,7 +39,6 @@ final class VerbsEndpoint extends RdmaActiveEndpoint {
     /** Runs on DiSNI's completion thread; {@code wc} is reused by DiSNI, so only its fields are passed on. */
     @Override
     public void dispatchCqEvent(IbvWC wc) {
-        node.noteCompletionThread();
         VerbsChannel c = channel;
         if (c != null) {
             c.onCompletion(this, wc.getWr_id(), wc.getStatus());

@@ -87,7 +87,6 @@ public final class VerbsNode implements RdmaNode {
     private final LongAdder readsCompleted = new LongAdder();
     private final LongAdder readsFailed = new LongAdder();
     private final LongAdder bytesRead = new LongAdder();
-    private volatile Thread completionThread;
     private volatile boolean closed;
 
     public VerbsNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
@@ -320,7 +319,7 @@ public final class VerbsNode implements RdmaNode {
         IOException last = null;
         for (int a = 1; a <= attempts; a++) {
             ensureOpen();
-            VerbsChannel ch = new VerbsChannel(this, peer, target, window, conf.sendQueueDepth(),
+            VerbsChannel ch = new VerbsChannel(this, peer, target, window,
                     conf.requestTimeoutMs(), conf.verbsStallCheckMs(), connection);
             try {
                 ch.start(conf.connectTimeoutMs());
@@ -410,16 +409,6 @@ public final class VerbsNode implements RdmaNode {
     }
 
     // ---- completions ----
-
-    boolean isCompletionThread() {
-        return Thread.currentThread() == completionThread;
-    }
-
-    void noteCompletionThread() {
-        if (completionThread == null) {
-            completionThread = Thread.currentThread();
-        }
-    }
 
     int takeCompletionRoom(int want) {
         for (;;) {
