@@ -15,6 +15,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -348,7 +349,7 @@ class RdmaShuffleLocalClusterTest {
     @Test
     @Order(10)
     @Timeout(300)
-    void shouldLeaveNoRegistrationsBuffersOrFilesWhenShufflesAreUnregistered() {
+    void shouldLeaveNoRegistrationsBuffersOrFilesWhenShufflesAreUnregistered() throws InterruptedException {
         Set<Integer> shuffles = new TreeSet<>();
         for (LocalCluster.ExecutorProbe p : cluster.probe().values()) {
             shuffles.addAll(p.stats().shuffles());
@@ -363,7 +364,19 @@ class RdmaShuffleLocalClusterTest {
         for (int id : shuffles) {
             cluster.sc.sc().cleaner().get().doCleanupShuffle(id, true);
         }
-        for (LocalCluster.ExecutorProbe p : cluster.probe().values()) {
+        // doCleanupShuffle is a no-op for a shuffle Spark's ContextCleaner already took off the
+        // tracker after its RDD was collected; that cleanup is non-blocking, so its RemoveShuffle
+        // may still be on its way to an executor. Wait (bounded) for every executor to be clean,
+        // then assert on what it holds.
+        Map<String, LocalCluster.ExecutorProbe> probes = cluster.probe();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (System.nanoTime() < deadline && !probes.values().stream().allMatch(
+                p -> p.stats().shuffles().isEmpty() && p.shuffleFiles().isEmpty()
+                        && p.stats().pool().inUseBuffers() == 0)) {
+            Thread.sleep(500);
+            probes = cluster.probe();
+        }
+        for (LocalCluster.ExecutorProbe p : probes.values()) {
             RdmaShuffleManager.ExecutorStats s = p.stats();
             assertEquals(List.of(), s.shuffles(), p.executorId() + " still holds output tables");
             assertEquals(0, s.registeredOutputBytes(), p.executorId() + " still has map outputs registered");
