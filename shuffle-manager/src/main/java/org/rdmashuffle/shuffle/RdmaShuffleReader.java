@@ -163,6 +163,10 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         private BlockFetcher.Block block;
         private Iterator<Tuple2<Object, Object>> current;
         private boolean finished;
+        private final boolean detectCorrupt = SparkInterop.detectCorrupt(env.conf());
+        private final boolean detectCorruptEarly = SparkInterop.detectCorruptUseExtraMemory(env.conf());
+        /** Remote blocks found corrupt once and READ again; a second time fails the fetch. */
+        private final java.util.Set<BlockFetcher.Request> corruptOnce = new java.util.HashSet<>();
 
         Blocks(ExecutorRuntime rt, List<Origin> local, List<Origin> remote, Map<BlockManagerId, RegionDescriptor> tables) {
             this.rt = rt;
@@ -217,38 +221,129 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         }
 
         private Iterator<Tuple2<Object, Object>> openLocal(Origin o) {
+            InputStream decoded;
             try {
                 ManagedBuffer data = manager.shuffleBlockResolver().getBlockData(o.blockId(), Option.empty());
                 localStream = data.createInputStream();
                 metrics.incLocalBlocksFetched(1);
                 metrics.incLocalBytesRead(data.size());
-                return SparkInterop.records(env.serializerManager(), serializer, o.blockId(), localStream);
+                decoded = decode(o, localStream);
             } catch (IOException | RuntimeException e) {
+                // as Spark's reader: a local block that cannot be opened or decoded fails the fetch at once
                 throw fetchFailed(o, new FetchFailure(null, "cannot read local block " + o.blockId() + ": "
                         + e.getMessage(), e));
             }
+            return SparkInterop.records(serializer, guard(o, localStream, decoded));
         }
 
         private Iterator<Tuple2<Object, Object>> nextRemote() {
-            long t0 = System.nanoTime();
-            try {
-                block = fetcher.next();
-            } catch (FetchFailure f) { // the peer's fault; this executor's own (e.g. BufferPoolException) passes
-                Origin o = blame(f);
-                rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
-                throw fetchFailed(o, f);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                throw new IllegalStateException("interrupted while fetching shuffle blocks", e);
-            } finally {
-                metrics.incFetchWaitTime(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0));
+            for (;;) {
+                long t0 = System.nanoTime();
+                try {
+                    block = fetcher.next();
+                } catch (FetchFailure f) { // the peer's fault; this executor's own (e.g. BufferPoolException) passes
+                    Origin o = blame(f);
+                    rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
+                    throw fetchFailed(o, f);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new IllegalStateException("interrupted while fetching shuffle blocks", e);
+                } finally {
+                    metrics.incFetchWaitTime(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0));
+                }
+                BlockFetcher.Request r = block.request();
+                Origin o = origins.get(r);
+                metrics.incRemoteBlocksFetched(1);
+                metrics.incRemoteBytesRead(block.length());
+                metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
+                InputStream raw = new ByteBufferInputStream(block.bytes());
+                try {
+                    return SparkInterop.records(serializer, guard(o, raw, decode(o, raw)));
+                } catch (IOException e) {
+                    releaseCurrent();
+                    if (!corruptOnce.add(r)) {
+                        throw fetchFailed(o, new FetchFailure(r, "block " + o.blockId() + " from " + o.address()
+                                + " is corrupt again after a second READ: " + e.getMessage(), e));
+                    }
+                    // as Spark's reader: the bytes may have been damaged on the way, READ them once more
+                    LOG.warn("block {} from {} is corrupt ({}); reading it again", o.blockId(), o.address(),
+                            e.toString());
+                    fetcher.add(r);
+                }
             }
-            Origin o = origins.get(block.request());
-            metrics.incRemoteBlocksFetched(1);
-            metrics.incRemoteBytesRead(block.length());
-            metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
-            return SparkInterop.records(env.serializerManager(), serializer, o.blockId(),
-                    new ByteBufferInputStream(block.bytes()));
+        }
+
+        /**
+         * Spark's decryption and decompression around a block's bytes, and with
+         * {@code spark.shuffle.detectCorrupt.useExtraMemory} its first {@code maxBytesInFlight / 3}
+         * decoded bytes at once, as Spark's reader does.
+         */
+        private InputStream decode(Origin o, InputStream raw) throws IOException {
+            InputStream decoded = SparkInterop.decoded(env.serializerManager(), o.blockId(), raw);
+            if (decoded != raw && detectCorruptEarly) {
+                decoded = SparkInterop.decodeAhead(decoded, Math.max(1, rt.conf.maxBytesInFlight() / 3));
+            }
+            return decoded;
+        }
+
+        /**
+         * With {@code spark.shuffle.detectCorrupt} and a compressed or encrypted block, an
+         * {@code IOException} while its records are read (a corrupt byte) becomes the
+         * {@code FetchFailedException} Spark's reader throws, naming the block's map output, so Spark
+         * reruns that map instead of failing the task until the job aborts.
+         */
+        private InputStream guard(Origin o, InputStream raw, InputStream decoded) {
+            return decoded == raw || !detectCorrupt ? decoded : new CorruptionGuard(o, decoded);
+        }
+
+        private final class CorruptionGuard extends java.io.FilterInputStream {
+            private final Origin origin;
+
+            CorruptionGuard(Origin origin, InputStream decoded) {
+                super(decoded);
+                this.origin = origin;
+            }
+
+            private RuntimeException corrupt(IOException e) {
+                return fetchFailed(origin, new FetchFailure(null, "block " + origin.blockId() + " from "
+                        + origin.address() + " is corrupt: " + e.getMessage(), e));
+            }
+
+            @Override
+            public int read() {
+                try {
+                    return in.read();
+                } catch (IOException e) {
+                    throw corrupt(e);
+                }
+            }
+
+            @Override
+            public int read(byte[] b, int off, int len) {
+                try {
+                    return in.read(b, off, len);
+                } catch (IOException e) {
+                    throw corrupt(e);
+                }
+            }
+
+            @Override
+            public long skip(long n) {
+                try {
+                    return in.skip(n);
+                } catch (IOException e) {
+                    throw corrupt(e);
+                }
+            }
+
+            @Override
+            public int available() {
+                try {
+                    return in.available();
+                } catch (IOException e) {
+                    throw corrupt(e);
+                }
+            }
         }
 
         /** The origin a failure names, else that of the oldest block still outstanding. */

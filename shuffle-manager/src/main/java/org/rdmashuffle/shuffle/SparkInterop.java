@@ -1,5 +1,7 @@
 package org.rdmashuffle.shuffle;
 
+import java.io.IOException;
+import java.io.InputStream;
 import java.nio.ByteBuffer;
 import org.apache.spark.SparkConf;
 import org.apache.spark.internal.config.package$;
@@ -9,6 +11,7 @@ import org.apache.spark.serializer.SerializerManager;
 import org.apache.spark.shuffle.FetchFailedException;
 import org.apache.spark.storage.BlockId;
 import org.apache.spark.storage.BlockManagerId;
+import org.apache.spark.util.Utils;
 import scala.Tuple2;
 
 /**
@@ -24,7 +27,6 @@ public final class SparkInterop {
      * (decryption, decompression, as Spark's own reader does) and then the shuffle's serializer,
      * through {@code serializer} — one instance per reading task, as Spark's reader keeps it.
      */
-    @SuppressWarnings("unchecked")
     public static <K, V> scala.collection.Iterator<Tuple2<K, V>> records(SerializerManager serializerManager,
                                                                         SerializerInstance serializer, BlockId blockId,
                                                                         ByteBuffer bytes) {
@@ -32,13 +34,64 @@ public final class SparkInterop {
     }
 
     /** As {@link #records(SerializerManager, SerializerInstance, BlockId, ByteBuffer)}, from a stream (a local block). */
-    @SuppressWarnings("unchecked")
     public static <K, V> scala.collection.Iterator<Tuple2<K, V>> records(SerializerManager serializerManager,
                                                                         SerializerInstance serializer, BlockId blockId,
-                                                                        java.io.InputStream stream) {
-        java.io.InputStream in = serializerManager.wrapStream(blockId, stream);
-        Object it = serializer.deserializeStream(in).asKeyValueIterator();
+                                                                        InputStream stream) {
+        return records(serializer, serializerManager.wrapStream(blockId, stream));
+    }
+
+    /** The key-value records of a block's stream that is already decrypted and decompressed. */
+    @SuppressWarnings("unchecked")
+    public static <K, V> scala.collection.Iterator<Tuple2<K, V>> records(SerializerInstance serializer,
+                                                                        InputStream decoded) {
+        Object it = serializer.deserializeStream(decoded).asKeyValueIterator();
         return (scala.collection.Iterator<Tuple2<K, V>>) it;
+    }
+
+    /**
+     * Spark's decryption and decompression around a block's bytes; {@code stream} itself when the
+     * block is neither compressed nor encrypted.
+     *
+     * @throws IOException when the wrapping already reads bytes that are corrupt
+     */
+    public static InputStream decoded(SerializerManager serializerManager, BlockId blockId, InputStream stream)
+            throws IOException {
+        try {
+            return serializerManager.wrapStream(blockId, stream);
+        } catch (RuntimeException e) {
+            throw e;
+        } catch (Exception e) { // Scala declares nothing: an IOException arrives undeclared
+            throw asIOException(e);
+        }
+    }
+
+    /**
+     * Decodes up to {@code maxBytes} of {@code decoded} into memory at once (Spark's
+     * {@code spark.shuffle.detectCorrupt.useExtraMemory}), so corruption there shows before any record
+     * is handed on; the stream continues with the rest.
+     */
+    public static InputStream decodeAhead(InputStream decoded, long maxBytes) throws IOException {
+        try {
+            return Utils.copyStreamUpTo(decoded, maxBytes);
+        } catch (RuntimeException e) {
+            throw e;
+        } catch (Exception e) {
+            throw asIOException(e);
+        }
+    }
+
+    private static IOException asIOException(Exception e) {
+        return e instanceof IOException io ? io : new IOException(e);
+    }
+
+    /** {@code spark.shuffle.detectCorrupt}: whether a corrupt compressed or encrypted block fails the fetch. */
+    public static boolean detectCorrupt(SparkConf conf) {
+        return (Boolean) conf.get(package$.MODULE$.SHUFFLE_DETECT_CORRUPT());
+    }
+
+    /** {@code spark.shuffle.detectCorrupt.useExtraMemory}: decode a block's start eagerly to find corruption early. */
+    public static boolean detectCorruptUseExtraMemory(SparkConf conf) {
+        return (Boolean) conf.get(package$.MODULE$.SHUFFLE_DETECT_CORRUPT_MEMORY());
     }
 
     /**

@@ -1,0 +1,173 @@
+package org.rdmashuffle.shuffle;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.File;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+import java.util.zip.CRC32;
+import org.apache.spark.FetchFailed;
+import org.apache.spark.HashPartitioner;
+import org.apache.spark.ShuffleDependency;
+import org.apache.spark.SparkConf;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.api.java.JavaPairRDD;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import scala.Tuple2;
+
+/**
+ * A byte flipped in a committed map output (in every partition of one map's data file, after the map
+ * stage ran) is found wherever Spark's own shuffle finds it — compressed blocks with
+ * {@code spark.shuffle.detectCorrupt} — and ends as Spark's does: a {@code FetchFailedException} for
+ * that map, the map rerun, and every record right. Spark's sort shuffle runs the same job first, to
+ * show that it recovers too.
+ */
+class RdmaShuffleCorruptionTest {
+    private static final int MAPS = 6;
+    private static final int RECORDS_PER_MAP = 4_000;
+    private static final int PARTITIONS = 8;
+
+    private static JavaPairRDD<Integer, byte[]> records(JavaSparkContext sc) {
+        List<Integer> maps = new ArrayList<>();
+        for (int m = 0; m < MAPS; m++) {
+            maps.add(m);
+        }
+        return sc.parallelize(maps, MAPS).flatMapToPair(m -> {
+            List<Tuple2<Integer, byte[]>> out = new ArrayList<>(RECORDS_PER_MAP);
+            for (int j = 0; j < RECORDS_PER_MAP; j++) {
+                long i = (long) m * RECORDS_PER_MAP + j;
+                byte[] v = new byte[16 + (int) (i % 100)];
+                new SplittableRandom(i).nextBytes(v); // random bytes: the blocks stay large after compression
+                out.add(new Tuple2<>((int) ((i * 7919) % 3000), v));
+            }
+            return out.iterator();
+        });
+    }
+
+    /** Per reduce partition: its index, how many records and an order-independent digest of every record. */
+    private static List<String> digests(JavaPairRDD<Integer, byte[]> shuffled) {
+        return shuffled.mapPartitionsWithIndex((index, it) -> {
+            long n = 0;
+            long sum = 0;
+            while (it.hasNext()) {
+                Tuple2<Integer, byte[]> r = it.next();
+                CRC32 crc = new CRC32();
+                crc.update(r._2());
+                sum += (crc.getValue() ^ ((long) r._1() << 32)) * 0x9E3779B97F4A7C15L + r._2().length;
+                n++;
+            }
+            return List.of(index + ":" + n + ":" + sum).iterator();
+        }, true).collect();
+    }
+
+    /** On the executor that runs it: flips one byte in the middle of every partition of one map output's data file. */
+    static String flipOneMapOutput(int shuffleId) {
+        List<Path> data = new ArrayList<>();
+        java.util.Map<String, Path> indexes = new java.util.HashMap<>(); // Spark spreads one output's files over subfolders
+        for (File dir : SparkEnv.get().blockManager().diskBlockManager().localDirs()) {
+            try (var files = Files.walk(dir.toPath())) {
+                files.filter(p -> p.getFileName().toString().startsWith("shuffle_" + shuffleId + "_")).forEach(p -> {
+                    String name = p.getFileName().toString();
+                    if (name.endsWith(".data")) {
+                        data.add(p);
+                    } else if (name.endsWith(".index")) {
+                        indexes.put(name, p);
+                    }
+                });
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
+        if (data.isEmpty()) {
+            return "";
+        }
+        data.sort(java.util.Comparator.comparing(p -> p.getFileName().toString()));
+        Path file = data.get(0);
+        Path index = indexes.get(file.getFileName().toString().replace(".data", ".index"));
+        int flipped = 0;
+        try (FileChannel idx = FileChannel.open(index, StandardOpenOption.READ);
+             FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+            ByteBuffer offsets = ByteBuffer.allocate((int) idx.size());
+            while (offsets.hasRemaining() && idx.read(offsets) >= 0) {
+                // read the whole index
+            }
+            offsets.flip();
+            long start = offsets.getLong();
+            while (offsets.remaining() >= Long.BYTES) {
+                long end = offsets.getLong();
+                if (end - start > 64) {
+                    long at = start + (end - start) / 2;
+                    ByteBuffer b = ByteBuffer.allocate(1);
+                    ch.read(b, at);
+                    b.put(0, (byte) (b.get(0) ^ 0x5A)).rewind();
+                    ch.write(b, at);
+                    flipped++;
+                }
+                start = end;
+            }
+            ch.force(true);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+        return SparkEnv.get().executorId() + ":" + file.getFileName() + ":" + flipped;
+    }
+
+    /**
+     * Runs the map stage, corrupts one map output, runs the reduce stage over the same map outputs, and
+     * checks the records against those of an uncorrupted run; returns the fetch failures Spark saw.
+     */
+    private static List<FetchFailed> corruptAndReduce(SparkConf conf, List<String> expected) {
+        try (LocalCluster cluster = new LocalCluster(conf)) {
+            JavaPairRDD<Integer, byte[]> shuffled = records(cluster.sc).partitionBy(new HashPartitioner(PARTITIONS));
+            assertEquals((long) MAPS * RECORDS_PER_MAP, shuffled.count()); // the map stage, outputs committed
+            int shuffleId = ((ShuffleDependency<?, ?, ?>) shuffled.rdd().dependencies().head()).shuffleId();
+            String what = cluster.sc.parallelize(List.of(0), 1).map(x -> flipOneMapOutput(shuffleId)).collect().get(0);
+            assertFalse(what.isEmpty() || what.endsWith(":0"), "no map output was corrupted: " + what);
+            List<String> got = digests(shuffled); // reuses the map outputs, one of them now corrupt
+            cluster.drainEvents();
+            assertEquals(expected, got, "records after corrupting " + what);
+            return new ArrayList<>(cluster.recorder.fetchFailures);
+        }
+    }
+
+    private static SparkConf conf(boolean rdma) {
+        return LocalCluster.conf(rdma)
+                .set("spark.shuffle.compress", "true") // Spark finds corruption in compressed blocks only
+                .set("spark.shuffle.detectCorrupt", "true")
+                .set("spark.task.maxFailures", "2");
+    }
+
+    @Test
+    @Timeout(600)
+    void shouldRerunTheMapAndDeliverEveryRecordWhenACommittedMapOutputHasAFlippedByteAsSortShuffleDoes() {
+        List<String> expected;
+        try (LocalCluster clean = new LocalCluster(conf(false))) {
+            expected = digests(records(clean.sc).partitionBy(new HashPartitioner(PARTITIONS)));
+        }
+        List<FetchFailed> sort = corruptAndReduce(conf(false), expected);
+        assertFalse(sort.isEmpty(), "Spark's sort shuffle did not notice the corrupt map output");
+
+        for (boolean early : new boolean[] {false, true}) {
+            List<FetchFailed> rdma = corruptAndReduce(conf(true)
+                    .set("spark.shuffle.rdma.localBlocksFromDisk", "false") // every block READ over the transport
+                    .set("spark.shuffle.detectCorrupt.useExtraMemory", Boolean.toString(early)), expected);
+            assertFalse(rdma.isEmpty(), "rdma-shuffle did not report the corrupt map output (useExtraMemory="
+                    + early + ")");
+            for (FetchFailed f : rdma) {
+                assertTrue(f.message().contains("corrupt"), "fetch failure for another reason: " + f.message());
+            }
+        }
+    }
+}
