@@ -84,6 +84,14 @@ public final class RdmaShuffleConf {
             "Largest memory region one registration covers; a map output larger than this is registered "
                     + "as several regions."));
 
+    public static final ConfigKey<Long> MAX_REGISTERED_OUTPUT_BYTES = declare(ConfigKey.bytes(
+            PREFIX + "maxRegisteredOutputBytes", "0", 0, 1L << 50, false,
+            "Most bytes of map outputs one executor keeps registered for READs; 0 sets no cap. A map output that "
+                    + "would go past it, or that cannot be registered (e.g. `ulimit -l` or `vm.max_map_count` "
+                    + "reached), is left to Spark's own shuffle path: reducers fetch it as Spark's reader does. "
+                    + "The executor logs one WARN and counts such outputs; with `fallback=never` the map task "
+                    + "fails instead."));
+
     public static final ConfigKey<Long> POOL_MIN_BUFFER_SIZE = declare(ConfigKey.bytes(
             PREFIX + "pool.minBufferSize", "4k", 512, 1L << 30, true,
             "Smallest size class of the registered buffer pool."));
@@ -365,6 +373,11 @@ public final class RdmaShuffleConf {
 
     public int maxRegionSizeBytes() {
         return Math.toIntExact(get(MAX_REGION_SIZE));
+    }
+
+    /** Most bytes of map outputs an executor keeps registered; 0: no cap. */
+    public long maxRegisteredOutputBytes() {
+        return get(MAX_REGISTERED_OUTPUT_BYTES);
     }
 
     public int poolMinBufferSizeBytes() {

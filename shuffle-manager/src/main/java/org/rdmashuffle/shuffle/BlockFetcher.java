@@ -103,13 +103,27 @@ public final class BlockFetcher implements AutoCloseable {
         private final RegisteredBuffer buffer;
         private final int length;
         private final long readNanos;
+        private final boolean unregistered;
         private boolean released;
 
         Block(Request request, RegisteredBuffer buffer, int length, long readNanos) {
+            this(request, buffer, length, readNanos, false);
+        }
+
+        private Block(Request request, RegisteredBuffer buffer, int length, long readNanos, boolean unregistered) {
             this.request = request;
             this.buffer = buffer;
             this.length = length;
             this.readNanos = readNanos;
+            this.unregistered = unregistered;
+        }
+
+        /**
+         * Whether the peer committed this map output without registering it (past its registration cap,
+         * or registering failed): no bytes here, the caller fetches it through Spark's own shuffle path.
+         */
+        public boolean unregistered() {
+            return unregistered;
         }
 
         /** Time from posting the block's data READs to their last completion. */
@@ -706,12 +720,15 @@ public final class BlockFetcher implements AutoCloseable {
                 } finally {
                     s.releaseBuffer();
                 }
-                if (!slot.published()) {
+                if (!slot.published() && !slot.unregistered()) {
                     return failure(r, "map output not registered at the peer (lost or never written)", null);
                 }
                 if (r.mapId() != Request.ANY_MAP_ID && slot.mapId() != r.mapId()) {
                     return failure(r, "the peer serves map attempt " + slot.mapId() + ", not attempt " + r.mapId()
                             + " that the MapOutputTracker names", null);
+                }
+                if (slot.unregistered()) {
+                    return new Block(r, null, 0, 0, true); // committed, left to Spark's path by the peer
                 }
                 RegionDescriptor md = slot.metadata();
                 String wrongLength = checkMetadataLength(r, slot.regionCount(), md.length());

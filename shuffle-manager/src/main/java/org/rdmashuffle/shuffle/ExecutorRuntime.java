@@ -1,5 +1,6 @@
 package org.rdmashuffle.shuffle;
 
+import java.io.File;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
@@ -39,6 +40,12 @@ final class ExecutorRuntime implements AutoCloseable {
     private final Map<String, RegionDescriptor> remoteTables = new ConcurrentHashMap<>();
     private final Map<Integer, MetadataCache> metadataCaches = new ConcurrentHashMap<>();
     private final LongAdder controlBytesRead = new LongAdder();
+    private final Object capLock = new Object();
+    private final java.util.Set<String> sparkPathPeers = ConcurrentHashMap.newKeySet();
+    private final LongAdder unregisteredOutputs = new LongAdder();
+    private final LongAdder unregisteredOutputBytes = new LongAdder();
+    private final java.util.concurrent.atomic.AtomicBoolean warnedUnregistered =
+            new java.util.concurrent.atomic.AtomicBoolean();
 
     ExecutorRuntime(RdmaShuffleConf conf, SparkEnv env) throws IOException {
         this.conf = conf;
@@ -86,7 +93,91 @@ final class ExecutorRuntime implements AutoCloseable {
         }
     }
 
-    /** The output table descriptor of {@code shuffleId} at {@code peer}, asked once and cached. */
+    /**
+     * Registers a committed map output and publishes it in its shuffle's output table. Past
+     * {@code maxRegisteredOutputBytes}, or when registering fails (locked-memory or mapping limits of
+     * the host), the output is published as left to Spark's own path instead — one WARN per executor,
+     * counted in {@link #stats()} — unless {@code fallback=never}, which fails the map task.
+     */
+    void publish(int shuffleId, int numMaps, int mapIndex, long mapId, File data, long[] offsets) {
+        long bytes = offsets[offsets.length - 1];
+        ShuffleOutputTable table;
+        try {
+            table = table(shuffleId, numMaps);
+        } catch (IOException | RuntimeException e) {
+            // no table to publish in: this executor's outputs of the shuffle are read through Spark's path
+            leftToSpark(shuffleId, mapIndex, bytes, "its output table cannot be registered: " + e.getMessage(), e);
+            return;
+        }
+        long cap = conf.maxRegisteredOutputBytes();
+        if (cap == 0) {
+            register(table, shuffleId, mapIndex, mapId, data, offsets);
+            return;
+        }
+        synchronized (capLock) { // concurrent map tasks: the check and the registration are one step
+            if (bytes > 0 && registeredOutputBytes() + bytes > cap) {
+                leftToSpark(shuffleId, mapIndex, bytes, "registering its " + bytes + " bytes would pass "
+                        + RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES.name() + " (" + cap + " bytes)", null);
+                table.publishUnregistered(mapIndex, mapId);
+                return;
+            }
+            register(table, shuffleId, mapIndex, mapId, data, offsets);
+        }
+    }
+
+    private void register(ShuffleOutputTable table, int shuffleId, int mapIndex, long mapId, File data,
+                          long[] offsets) {
+        try {
+            MapOutputLayout layout = new MapOutputLayout(offsets, conf.maxRegionSizeBytes());
+            table.publish(mapIndex, mapId, RegisteredMapOutput.register(node, data.toPath(), layout));
+        } catch (IOException | RuntimeException e) {
+            leftToSpark(shuffleId, mapIndex, offsets[offsets.length - 1], "it cannot be registered (" + data + "): "
+                    + e.getMessage(), e);
+            table.publishUnregistered(mapIndex, mapId);
+        }
+    }
+
+    private void leftToSpark(int shuffleId, int mapIndex, long bytes, String why, Exception cause) {
+        String what = "map output " + mapIndex + " of shuffle " + shuffleId;
+        if (conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
+            throw new IllegalStateException("cannot serve " + what + " for RDMA reads (fallback=never): " + why, cause);
+        }
+        unregisteredOutputs.increment();
+        unregisteredOutputBytes.add(bytes);
+        if (warnedUnregistered.compareAndSet(false, true)) {
+            LOG.warn("{} is left to Spark's own shuffle path: {}. Reducers fetch such outputs as Spark does; "
+                    + "later ones are logged at DEBUG and counted in the executor's stats", what, why, cause);
+        } else {
+            LOG.debug("{} is left to Spark's own shuffle path: {}", what, why, cause);
+        }
+    }
+
+    /** Bytes of map outputs this executor holds registered now. */
+    long registeredOutputBytes() {
+        long sum = 0;
+        for (ShuffleOutputTable t : tables.values()) {
+            sum += t.registeredOutputBytes();
+        }
+        return sum;
+    }
+
+    /**
+     * Logs, once per executor of this runtime's life and per {@code peerExecutorId}, that blocks of
+     * that peer are read through Spark's own path and why.
+     */
+    void noteSparkPath(String peerExecutorId, String why) {
+        if (sparkPathPeers.add(peerExecutorId)) {
+            LOG.warn("reading shuffle blocks of executor {} through Spark's own shuffle path: {}", peerExecutorId, why);
+        } else {
+            LOG.debug("reading shuffle blocks of executor {} through Spark's own shuffle path: {}", peerExecutorId,
+                    why);
+        }
+    }
+
+    /**
+     * The output table descriptor of {@code shuffleId} at {@code peer}, asked once and cached; null
+     * when the peer holds no table for it (it registered none of its outputs: Spark's path serves them).
+     */
     RegionDescriptor remoteTable(NodeAddress peer, int shuffleId) throws TransportException {
         String key = peer + "#" + shuffleId;
         RegionDescriptor d = remoteTables.get(key);
@@ -102,7 +193,7 @@ final class ExecutorRuntime implements AutoCloseable {
         }
         d = ControlProtocol.parseTableReply(reply);
         if (d == null) {
-            throw new TransportException(peer + " holds no output table for shuffle " + shuffleId);
+            return null;
         }
         remoteTables.put(key, d);
         return d;
@@ -145,12 +236,9 @@ final class ExecutorRuntime implements AutoCloseable {
 
     /** What this executor holds and has moved, for operators and tests. */
     RdmaShuffleManager.ExecutorStats stats() {
-        long outputBytes = 0;
-        for (ShuffleOutputTable t : tables.values()) {
-            outputBytes += t.registeredOutputBytes();
-        }
         return new RdmaShuffleManager.ExecutorStats(executorId, node.stats(), pool.stats(), List.copyOf(tables.keySet()),
-                outputBytes, controlBytesRead.sum());
+                registeredOutputBytes(), controlBytesRead.sum(), unregisteredOutputs.sum(),
+                unregisteredOutputBytes.sum());
     }
 
     @Override

@@ -50,9 +50,13 @@ public final class RdmaShuffleManager implements ShuffleManager {
      * @param shuffles shuffles it holds an output table for
      * @param registeredOutputBytes bytes of map outputs it has registered now
      * @param controlBytesRead bytes its reducers READ from peers' output tables and metadata (not block data)
+     * @param unregisteredOutputs map outputs it left to Spark's own path (past its registration cap, or
+     *     registering failed), since it started
+     * @param unregisteredOutputBytes their bytes
      */
     public record ExecutorStats(String executorId, NodeStats node, BufferPoolStats pool, List<Integer> shuffles,
-                                long registeredOutputBytes, long controlBytesRead) implements java.io.Serializable {
+                                long registeredOutputBytes, long controlBytesRead, long unregisteredOutputs,
+                                long unregisteredOutputBytes) implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
     }
 

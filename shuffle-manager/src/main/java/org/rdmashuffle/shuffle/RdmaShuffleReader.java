@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.NoSuchElementException;
@@ -60,7 +61,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
      * the MapOutputTracker reports for it.
      */
     private record Origin(BlockManagerId address, NodeAddress peer, ShuffleBlockId blockId, int mapIndex,
-                          long reportedBytes) {
+                          long reportedBytes, Tuple3<BlockId, Object, Object> tracked) {
     }
 
     RdmaShuffleReader(RdmaShuffleManager manager, RdmaShuffleHandle handle, int startMapIndex, int endMapIndex,
@@ -93,56 +94,80 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         }
         int shuffleId = handle.shuffleId();
         boolean localFromDisk = rt.conf.localBlocksFromDisk();
+        boolean never = rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER;
+        String ourProvider = rt.node.localAddress().provider();
         List<Origin> local = new ArrayList<>();
         List<Origin> remote = new ArrayList<>();
         Map<BlockManagerId, RegionDescriptor> tables = new HashMap<>();
+        // Blocks of peers that cannot serve READs to this executor: fetched as Spark's reader fetches them.
+        Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> viaSpark = new LinkedHashMap<>();
         Iterator<Tuple2<BlockManagerId, scala.collection.Seq<Tuple3<BlockId, Object, Object>>>> byAddress =
                 SparkEnv.get().mapOutputTracker().getMapSizesByExecutorId(shuffleId, startMapIndex, endMapIndex,
                         startPartition, endPartition);
         while (byAddress.hasNext()) {
             Tuple2<BlockManagerId, scala.collection.Seq<Tuple3<BlockId, Object, Object>>> entry = byAddress.next();
             BlockManagerId bm = entry._1();
-            boolean isLocal = localFromDisk && bm.executorId().equals(rt.executorId);
-            NodeAddress peer = null;
+            List<Origin> blocks = new ArrayList<>();
             for (Tuple3<BlockId, Object, Object> b : CollectionConverters.asJava(entry._2())) {
-                if ((Long) b._2() == 0) {
-                    continue; // empty block: nothing to read, as in Spark's reader
-                }
-                ShuffleBlockId id = (ShuffleBlockId) b._1();
-                int mapIndex = (Integer) b._3();
-                long reportedBytes = (Long) b._2();
-                if (isLocal) {
-                    local.add(new Origin(bm, null, id, mapIndex, reportedBytes));
-                    continue;
-                }
-                if (peer == null) {
-                    peer = rt.directory.lookup(bm.executorId());
-                    if (peer == null) {
-                        String why = "executor " + bm.executorId() + " at " + bm.hostPort()
-                                + " serves no RDMA node (its transport did not start)";
-                        if (rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
-                            throw fetchFailed(new Origin(bm, null, id, mapIndex, reportedBytes),
-                                    new FetchFailure(null, why, null));
-                        }
-                        LOG.warn("{}: reading shuffle {} partitions {}-{} with Spark's sort shuffle reader", why,
-                                shuffleId, startPartition, endPartition);
-                        return sortRead();
-                    }
-                }
-                remote.add(new Origin(bm, peer, id, mapIndex, reportedBytes));
-            }
-        }
-        for (Origin o : remote) {
-            if (!tables.containsKey(o.address())) {
-                try {
-                    tables.put(o.address(), rt.remoteTable(o.peer(), shuffleId));
-                } catch (TransportException e) {
-                    rt.forgetPeer(o.address().executorId(), o.peer(), shuffleId);
-                    throw fetchFailed(o, new FetchFailure(null, e.getMessage(), e));
+                if ((Long) b._2() != 0) { // an empty block has nothing to read, as in Spark's reader
+                    blocks.add(new Origin(bm, null, (ShuffleBlockId) b._1(), (Integer) b._3(), (Long) b._2(), b));
                 }
             }
+            if (blocks.isEmpty()) {
+                continue;
+            }
+            if (localFromDisk && bm.executorId().equals(rt.executorId)) {
+                local.addAll(blocks);
+                continue;
+            }
+            NodeAddress peer = rt.directory.lookup(bm.executorId());
+            String why = null;
+            if (peer == null) {
+                why = "executor " + bm.executorId() + " at " + bm.hostPort() + " serves no RDMA node (its transport "
+                        + "did not start)";
+            } else if (!peer.provider().equals(ourProvider)) {
+                why = "executor " + bm.executorId() + " at " + bm.hostPort() + " serves over the " + peer.provider()
+                        + " provider, this executor reads over " + ourProvider;
+            }
+            if (why != null) {
+                if (never) {
+                    throw fetchFailed(blocks.get(0), new FetchFailure(null, why + " (fallback=never)", null));
+                }
+                rt.noteSparkPath(bm.executorId(), why);
+                viaSpark.put(bm, tracked(blocks));
+                continue;
+            }
+            RegionDescriptor table;
+            try {
+                table = rt.remoteTable(peer, shuffleId);
+            } catch (TransportException e) {
+                rt.forgetPeer(bm.executorId(), peer, shuffleId);
+                throw fetchFailed(blocks.get(0), new FetchFailure(null, e.getMessage(), e));
+            }
+            if (table == null) {
+                why = "executor " + bm.executorId() + " holds no output table for shuffle " + shuffleId
+                        + " (it registered none of its outputs)";
+                if (never) {
+                    throw fetchFailed(blocks.get(0), new FetchFailure(null, why + " (fallback=never)", null));
+                }
+                rt.noteSparkPath(bm.executorId(), why);
+                viaSpark.put(bm, tracked(blocks));
+                continue;
+            }
+            tables.put(bm, table);
+            for (Origin o : blocks) {
+                remote.add(new Origin(bm, peer, o.blockId(), o.mapIndex(), o.reportedBytes(), o.tracked()));
+            }
         }
-        return decodeAndCombine(new Blocks(rt, local, remote, tables));
+        return decodeAndCombine(new Blocks(rt, local, remote, tables, viaSpark));
+    }
+
+    private static List<Tuple3<BlockId, Object, Object>> tracked(List<Origin> blocks) {
+        List<Tuple3<BlockId, Object, Object>> out = new ArrayList<>(blocks.size());
+        for (Origin o : blocks) {
+            out.add(o.tracked());
+        }
+        return out;
     }
 
     /** Every record of the task's blocks: local ones first (while remote ones are fetched), then remote. */
@@ -168,7 +193,14 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         /** Remote blocks found corrupt once and READ again; a second time fails the fetch. */
         private final java.util.Set<BlockFetcher.Request> corruptOnce = new java.util.HashSet<>();
 
-        Blocks(ExecutorRuntime rt, List<Origin> local, List<Origin> remote, Map<BlockManagerId, RegionDescriptor> tables) {
+        /** Spark's own fetcher over blocks that are not READ, or null. */
+        private Iterator<Tuple2<BlockId, InputStream>> sparkBlocks;
+        /** Blocks whose serving executor left them unregistered, found while READing: fetched by Spark's path last. */
+        private Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> unregistered = new LinkedHashMap<>();
+        private InputStream sparkStream;
+
+        Blocks(ExecutorRuntime rt, List<Origin> local, List<Origin> remote, Map<BlockManagerId, RegionDescriptor> tables,
+               Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> viaSpark) {
             this.rt = rt;
             this.local = local;
             this.fetcher = new BlockFetcher(rt.node, rt.pool, rt.metadataCache(handle.shuffleId()),
@@ -186,6 +218,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 origins.put(r, o);
                 fetcher.add(r);
             }
+            if (!viaSpark.isEmpty()) {
+                sparkBlocks = SparkInterop.fetchThroughSpark(context, viaSpark, metrics); // fetching starts now
+            }
         }
 
         @Override
@@ -195,8 +230,16 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 if (nextLocal < local.size()) {
                     fetcher.progress(); // post the remote blocks' next READs between local ones
                     current = openLocal(local.get(nextLocal++));
+                } else if (sparkBlocks != null && sparkBlocks.hasNext()) {
+                    fetcher.progress();
+                    Tuple2<BlockId, InputStream> b = sparkBlocks.next(); // decoded; Spark's own corruption checks
+                    sparkStream = b._2();
+                    current = SparkInterop.records(serializer, sparkStream);
                 } else if (fetcher.outstanding() > 0) {
-                    current = nextRemote();
+                    current = nextRemote(); // null for a block its executor left unregistered
+                } else if (!unregistered.isEmpty()) {
+                    sparkBlocks = SparkInterop.fetchThroughSpark(context, unregistered, metrics);
+                    unregistered = new LinkedHashMap<>();
                 } else {
                     finish();
                     return false;
@@ -253,6 +296,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 }
                 BlockFetcher.Request r = block.request();
                 Origin o = origins.get(r);
+                if (block.unregistered()) {
+                    releaseCurrent();
+                    rt.noteSparkPath(o.address().executorId(), "it left map outputs unregistered (see its log)");
+                    unregistered.computeIfAbsent(o.address(), a -> new ArrayList<>()).add(o.tracked());
+                    return null;
+                }
                 metrics.incRemoteBlocksFetched(1);
                 metrics.incRemoteBytesRead(block.length());
                 metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
@@ -369,6 +418,14 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     LOG.debug("closing a local shuffle block's stream failed", e);
                 }
                 localStream = null;
+            }
+            if (sparkStream != null) {
+                try {
+                    sparkStream.close(); // gives Spark's fetcher its buffer back
+                } catch (IOException e) {
+                    LOG.debug("closing a shuffle block's stream from Spark's fetcher failed", e);
+                }
+                sparkStream = null;
             }
         }
 

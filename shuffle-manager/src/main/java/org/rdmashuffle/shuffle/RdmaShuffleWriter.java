@@ -10,7 +10,8 @@ import scala.collection.Iterator;
 
 /**
  * Spark's own sort-based writer, then — once the map output is committed — its data file is
- * registered as regions and published in the executor's output table.
+ * registered as regions and published in the executor's output table (or, past the executor's
+ * registration cap or when registering fails, published as left to Spark's own path).
  */
 final class RdmaShuffleWriter<K, V> extends ShuffleWriter<K, V> {
     private final ShuffleWriter<K, V> sortWriter;
@@ -47,14 +48,7 @@ final class RdmaShuffleWriter<K, V> extends ShuffleWriter<K, V> {
                 return status; // this executor fell back (logged once): readers use Spark's reader for it
             }
             File data = manager.dataFile(handle.shuffleId(), mapId);
-            try {
-                MapOutputLayout layout = new MapOutputLayout(offsets, rt.conf.maxRegionSizeBytes());
-                rt.table(handle.shuffleId(), handle.numMaps())
-                        .publish(mapIndex, mapId, RegisteredMapOutput.register(rt.node, data.toPath(), layout));
-            } catch (IOException | RuntimeException e) {
-                throw new IllegalStateException("cannot register map output " + mapIndex + " of shuffle "
-                        + handle.shuffleId() + " (" + data + ") for RDMA reads: " + e.getMessage(), e);
-            }
+            rt.publish(handle.shuffleId(), handle.numMaps(), mapIndex, mapId, data, offsets);
         }
         return status;
     }

@@ -13,7 +13,8 @@ import org.rdmashuffle.transport.RegionDescriptor;
  * reducers READ to learn where a map output's regions and partition offsets are, with nothing
  * running on this executor per request.
  *
- * <p>Slot ({@link #SLOT_BYTES} bytes, big-endian): {@code state u32} (0 empty, 1 published),
+ * <p>Slot ({@link #SLOT_BYTES} bytes, big-endian): {@code state u32} (0 empty, 1 published, 2 committed
+ * but not registered: read it through Spark's own shuffle path),
  * {@code regionCount u32}, {@code mapId u64}, then the descriptor of the output's metadata region:
  * {@code address u64, rkey u32, length u32}. Metadata region: {@code regionCount u32,
  * numPartitions u32, maxRegionBytes u64}, {@code regionCount} region descriptors
@@ -28,6 +29,7 @@ public final class ShuffleOutputTable implements AutoCloseable {
     static final int META_HEADER_BYTES = 16;
     static final int STATE_EMPTY = 0;
     static final int STATE_PUBLISHED = 1;
+    static final int STATE_UNREGISTERED = 2;
 
     private final RdmaNode node;
     private final int shuffleId;
@@ -104,6 +106,22 @@ public final class ShuffleOutputTable implements AutoCloseable {
         slots.putInt(at, STATE_PUBLISHED);
     }
 
+    /**
+     * Says that map index {@code mapIndex}'s attempt {@code mapId} is committed but not registered:
+     * reducers fetch it through Spark's own shuffle path (a previous output of the index is released).
+     */
+    public synchronized void publishUnregistered(int mapIndex, long mapId) {
+        checkIndex(mapIndex);
+        if (closed) {
+            throw new IllegalStateException("output table of shuffle " + shuffleId + " is closed");
+        }
+        remove(mapIndex);
+        int at = mapIndex * SLOT_BYTES;
+        slots.putInt(at + 4, 0).putLong(at + 8, mapId).putLong(at + 16, 0).putInt(at + 24, 0).putInt(at + 28, 0);
+        VarHandle.releaseFence();
+        slots.putInt(at, STATE_UNREGISTERED);
+    }
+
     /** Withdraws map index {@code mapIndex} (its rkeys fail from now on) and releases its output. */
     public synchronized void remove(int mapIndex) {
         checkIndex(mapIndex);
@@ -152,20 +170,22 @@ public final class ShuffleOutputTable implements AutoCloseable {
     /**
      * A slot as a reducer READ it.
      *
-     * @param published whether a map output is there
+     * @param published whether a registered map output is there
+     * @param unregistered whether a map output is there that is not registered (Spark's path serves it)
      * @param regionCount regions of the output
      * @param mapId the map task attempt that wrote it
      * @param metadata where its metadata region is
      */
-    public record Slot(boolean published, int regionCount, long mapId, RegionDescriptor metadata) {
+    public record Slot(boolean published, boolean unregistered, int regionCount, long mapId,
+                       RegionDescriptor metadata) {
         /** Parses the {@link #SLOT_BYTES} bytes at {@code b}'s position. */
         public static Slot parse(ByteBuffer b) {
             int at = b.position();
             int state = b.getInt(at);
-            if (state != STATE_EMPTY && state != STATE_PUBLISHED) {
+            if (state != STATE_EMPTY && state != STATE_PUBLISHED && state != STATE_UNREGISTERED) {
                 throw new IllegalArgumentException("corrupt output table slot: state " + state);
             }
-            return new Slot(state == STATE_PUBLISHED, b.getInt(at + 4), b.getLong(at + 8),
+            return new Slot(state == STATE_PUBLISHED, state == STATE_UNREGISTERED, b.getInt(at + 4), b.getLong(at + 8),
                     new RegionDescriptor(b.getLong(at + 16), b.getInt(at + 28) & 0xFFFFFFFFL, b.getInt(at + 24)));
         }
     }

@@ -11,7 +11,14 @@ import org.apache.spark.serializer.SerializerManager;
 import org.apache.spark.shuffle.FetchFailedException;
 import org.apache.spark.storage.BlockId;
 import org.apache.spark.storage.BlockManagerId;
+import org.apache.spark.util.SystemClock;
 import org.apache.spark.util.Utils;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.TaskContext;
+import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
+import org.apache.spark.storage.ShuffleBlockFetcherIterator;
+import scala.Tuple3;
+import scala.jdk.javaapi.CollectionConverters;
 import scala.Tuple2;
 
 /**
@@ -82,6 +89,36 @@ public final class SparkInterop {
 
     private static IOException asIOException(Exception e) {
         return e instanceof IOException io ? io : new IOException(e);
+    }
+
+    /**
+     * Spark's own fetcher over {@code blocksByAddress} (the MapOutputTracker's entries, as it gave
+     * them): blocks through the executors' block managers, as Spark's reader fetches them, with Spark's
+     * settings for bytes and requests in flight, corruption detection and checksums. Each stream comes
+     * decrypted and decompressed; the iterator releases what it holds when the task ends.
+     */
+    public static scala.collection.Iterator<Tuple2<BlockId, InputStream>> fetchThroughSpark(
+            TaskContext context, java.util.Map<BlockManagerId, java.util.List<Tuple3<BlockId, Object, Object>>> blocksByAddress,
+            ShuffleReadMetricsReporter metrics) {
+        SparkEnv env = SparkEnv.get();
+        SparkConf c = env.conf();
+        java.util.List<Tuple2<BlockManagerId, scala.collection.Seq<Tuple3<BlockId, Object, Object>>>> list =
+                new java.util.ArrayList<>();
+        blocksByAddress.forEach((address, blocks) -> list.add(new Tuple2<>(address,
+                CollectionConverters.asScala(blocks).toSeq())));
+        SerializerManager sm = env.serializerManager();
+        scala.Function2<BlockId, InputStream, InputStream> wrap = sm::wrapStream;
+        package$ k = package$.MODULE$;
+        return new ShuffleBlockFetcherIterator(context, env.blockManager().blockStoreClient(), env.blockManager(),
+                env.mapOutputTracker(), CollectionConverters.asScala(list.iterator()), wrap,
+                (Long) c.get(k.REDUCER_MAX_SIZE_IN_FLIGHT()) * 1024 * 1024,
+                (Integer) c.get(k.REDUCER_MAX_REQS_IN_FLIGHT()),
+                (Integer) c.get(k.REDUCER_MAX_BLOCKS_IN_FLIGHT_PER_ADDRESS()),
+                (Long) c.get(k.MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM()),
+                (Integer) c.get(k.SHUFFLE_MAX_ATTEMPTS_ON_NETTY_OOM()),
+                detectCorrupt(c), detectCorruptUseExtraMemory(c),
+                (Boolean) c.get(k.SHUFFLE_CHECKSUM_ENABLED()), (String) c.get(k.SHUFFLE_CHECKSUM_ALGORITHM()),
+                metrics, false, new SystemClock());
     }
 
     /** {@code spark.shuffle.detectCorrupt}: whether a corrupt compressed or encrypted block fails the fetch. */

@@ -1,0 +1,94 @@
+package org.rdmashuffle.shuffle;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.SparkConf;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * Map outputs that cannot be READ — past an executor's registration cap, or on an executor whose
+ * transport could not start — are fetched through Spark's own path by the reducers that need them,
+ * next to the READs of the others: every record arrives, no fetch fails, the executor counts what it
+ * left unregistered.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class RdmaShuffleSparkPathTest {
+    private List<String> expected;
+
+    @BeforeAll
+    void runOnSortShuffle() {
+        try (LocalCluster sort = new LocalCluster(LocalCluster.conf(false))) {
+            expected = RdmaShuffleTaskEndTest.digests(sort.sc);
+        }
+    }
+
+    @Test
+    @Timeout(300)
+    void shouldFetchOutputsPastTheRegistrationCapThroughSparksPathAndCountThem() {
+        // 16 map outputs of about 1.4 MB: each executor registers two and leaves the rest to Spark's path.
+        SparkConf conf = LocalCluster.conf(true)
+                .set("spark.shuffle.rdma.maxRegisteredOutputBytes", "3m")
+                .set("spark.shuffle.rdma.localBlocksFromDisk", "false"); // own outputs too: READ or Spark's path
+        try (LocalCluster cluster = new LocalCluster(conf)) {
+            List<String> got = RdmaShuffleTaskEndTest.digests(cluster.sc);
+            cluster.drainEvents();
+            assertEquals(expected, got);
+            assertEquals(List.of(), cluster.recorder.fetchFailures);
+            Map<String, LocalCluster.ExecutorProbe> probes = cluster.probe();
+            long unregistered = 0;
+            long registered = 0;
+            long readOverTransport = 0;
+            for (LocalCluster.ExecutorProbe p : probes.values()) {
+                assertNotNull(p.stats(), "executor " + p.executorId() + " has no transport");
+                assertTrue(p.stats().registeredOutputBytes() <= 3 << 20, "cap passed: " + p.stats());
+                unregistered += p.stats().unregisteredOutputs();
+                registered += p.stats().registeredOutputBytes();
+                readOverTransport += p.stats().node().bytesRead();
+            }
+            assertTrue(unregistered > 0, "no output was left to Spark's path");
+            assertTrue(unregistered < 16, "every output was left to Spark's path");
+            assertTrue(registered > 0 && readOverTransport > 0, "nothing was READ: " + probes);
+        }
+    }
+
+    @Test
+    @Timeout(300)
+    void shouldDeliverEveryRecordWhenOneExecutorsTransportCannotStart() throws IOException {
+        int port;
+        try (ServerSocket s = new ServerSocket(0)) {
+            port = s.getLocalPort();
+        }
+        // Both executors want the same port and may not try another: one of them serves no node.
+        SparkConf conf = LocalCluster.conf(true)
+                .set("spark.shuffle.rdma.port", Integer.toString(port))
+                .set("spark.shuffle.rdma.port.maxRetries", "0")
+                .set("spark.shuffle.rdma.localBlocksFromDisk", "false");
+        try (LocalCluster cluster = new LocalCluster(conf)) {
+            List<String> got = RdmaShuffleTaskEndTest.digests(cluster.sc);
+            cluster.drainEvents();
+            assertEquals(expected, got);
+            assertEquals(List.of(), cluster.recorder.fetchFailures);
+            Map<String, LocalCluster.ExecutorProbe> probes = cluster.probe();
+            long withTransport = probes.values().stream().filter(p -> p.stats() != null).count();
+            assertEquals(1, withTransport, "expected exactly one executor with a transport: " + probes);
+            for (LocalCluster.ExecutorProbe p : probes.values()) {
+                if (p.stats() != null) {
+                    assertTrue(p.stats().registeredOutputBytes() > 0, "the executor with a transport registered "
+                            + "nothing: " + p.stats());
+                } else {
+                    assertNull(p.stats());
+                }
+            }
+        }
+    }
+}
