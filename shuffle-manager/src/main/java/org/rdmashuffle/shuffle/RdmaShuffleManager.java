@@ -79,7 +79,10 @@ public final class RdmaShuffleManager implements ShuffleManager {
             if (conf.fallback() == RdmaShuffleConf.Fallback.ALWAYS) {
                 why = RdmaShuffleConf.FALLBACK.name() + "=always";
             } else {
-                why = RdmaTransport.unavailable(conf).orElse(null);
+                why = unencryptedReads(sparkConf);
+                if (why == null) {
+                    why = RdmaTransport.unavailable(conf).orElse(null);
+                }
                 if (why != null && conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
                     throw new IllegalStateException("rdma-shuffle cannot start its transport and "
                             + RdmaShuffleConf.FALLBACK.name() + "=never: " + why);
@@ -90,6 +93,25 @@ public final class RdmaShuffleManager implements ShuffleManager {
             }
         }
         this.driverFallback = why;
+    }
+
+    /**
+     * Why READs would move shuffle bytes in the clear although the application asks Spark to encrypt
+     * them in transit, or null. One-sided READs cannot encrypt; with {@code spark.io.encryption.enabled}
+     * the shuffle files are encrypted, and so is every READ of them.
+     */
+    static String unencryptedReads(SparkConf sparkConf) {
+        if (sparkConf.getBoolean("spark.io.encryption.enabled", false)) {
+            return null;
+        }
+        for (String key : new String[] {"spark.network.crypto.enabled", "spark.ssl.rpc.enabled"}) {
+            if (sparkConf.getBoolean(key, false)) {
+                return key + "=true asks Spark to encrypt shuffle bytes in transit, which one-sided READs cannot "
+                        + "do; set spark.io.encryption.enabled=true (shuffle files, and so every READ of them, are "
+                        + "then encrypted) to shuffle with rdma-shuffle";
+            }
+        }
+        return null;
     }
 
     private void ensureDirectory() {

@@ -122,6 +122,41 @@ class RdmaShuffleLocalModeTest {
 
     @Test
     @Timeout(120)
+    void shouldUseSortShuffleAndSayWhyWhenNetworkEncryptionIsOnButShuffleFilesAreNotEncrypted() {
+        SparkConf conf = conf(true).set("spark.authenticate", "true").set("spark.authenticate.secret", "s3cret")
+                .set("spark.network.crypto.enabled", "true");
+        List<String> result = run(conf, RdmaShuffleLocalModeTest::jobs, m -> {
+            String why = m.driverFallback().orElseThrow();
+            assertTrue(why.contains("spark.network.crypto.enabled") && why.contains("spark.io.encryption.enabled"), why);
+            assertFalse(m.executorStats().isPresent(), "the transport started although READs would be in the clear");
+        });
+        assertEquals(EXPECTED, result);
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldReadOverTheTransportWhenNetworkEncryptionIsOnAndShuffleFilesAreEncrypted() {
+        SparkConf conf = conf(true).set("spark.authenticate", "true").set("spark.authenticate.secret", "s3cret")
+                .set("spark.network.crypto.enabled", "true").set("spark.io.encryption.enabled", "true");
+        List<String> result = run(conf, RdmaShuffleLocalModeTest::jobs, m -> {
+            assertTrue(m.driverFallback().isEmpty(), m.driverFallback().toString());
+            assertTrue(m.executorStats().orElseThrow().registeredOutputBytes() > 0, "nothing registered");
+        });
+        assertEquals(EXPECTED, result);
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldFailTheApplicationWhenNetworkEncryptionIsOnShuffleFilesAreNotAndFallbackIsNever() {
+        SparkConf conf = conf(true).set("spark.authenticate", "true").set("spark.authenticate.secret", "s3cret")
+                .set("spark.network.crypto.enabled", "true").set("spark.shuffle.rdma.fallback", "never");
+        Throwable e = assertThrows(Throwable.class, () -> new JavaSparkContext(conf).close());
+        String all = ShuffleJobs.messages(e);
+        assertTrue(all.contains("fallback=never") && all.contains("spark.io.encryption.enabled"), all);
+    }
+
+    @Test
+    @Timeout(120)
     void shouldFailTheApplicationNamingTheReasonWhenVerbsCannotRunAndFallbackIsNever() {
         SparkConf conf = conf(true).set("spark.shuffle.rdma.provider", "verbs")
                 .set("spark.shuffle.rdma.fallback", "never");
