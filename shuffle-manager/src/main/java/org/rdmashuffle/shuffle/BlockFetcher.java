@@ -189,6 +189,9 @@ public final class BlockFetcher implements AutoCloseable {
      * the transport's thread writes, and {@code buffer}, which a completion landing after close
      * releases.
      */
+    /** Torn slot READs tolerated in a row before the request fails. */
+    static final int MAX_TORN_SLOT_READS = 3;
+
     private static final class Step implements ReadListener {
         private static final VarHandle LEFT;
         private static final VarHandle STATUS;
@@ -212,6 +215,8 @@ public final class BlockFetcher implements AutoCloseable {
         int bytes;
         RegisteredBuffer buffer;
         long mapId;
+        /** Slot READs in a row whose metadata named another map attempt (torn by a rewrite). */
+        int tornSlotReads;
         RegionDescriptor metadataRegion;
         ShuffleOutputTable.Metadata metadata;
         long postedNanos;
@@ -733,7 +738,8 @@ public final class BlockFetcher implements AutoCloseable {
                 RegionDescriptor md = slot.metadata();
                 String wrongLength = checkMetadataLength(r, slot.regionCount(), md.length());
                 if (wrongLength != null) {
-                    return failure(r, "corrupt output table: " + wrongLength, null);
+                    s.mapId = slot.mapId();
+                    return slotAgain(s, "corrupt output table: " + wrongLength); // or torn by a rewrite
                 }
                 s.phase = Phase.METADATA;
                 s.mapId = slot.mapId();
@@ -748,7 +754,8 @@ public final class BlockFetcher implements AutoCloseable {
                 ShuffleOutputTable.Metadata m;
                 try {
                     if (status != ReadStatus.SUCCESS) {
-                        return failure(r, "metadata READ failed: " + ReadStatus.describe(status), null);
+                        // the slot may have been torn by a rewrite and named a withdrawn region: look again
+                        return slotAgain(s, "metadata READ failed: " + ReadStatus.describe(status));
                     }
                     controlBytesRead += s.bytes;
                     m = ShuffleOutputTable.Metadata.parse(s.buffer.byteBuffer().duplicate().clear().limit(s.bytes));
@@ -756,6 +763,11 @@ public final class BlockFetcher implements AutoCloseable {
                     return failure(r, "corrupt map output metadata", e);
                 } finally {
                     s.releaseBuffer();
+                }
+                if (m.mapId() != s.mapId) {
+                    // The slot READ overlapped its rewrite (a map attempt republished): READ it again.
+                    return slotAgain(s, "the output table slot names map attempt " + s.mapId + " but its metadata "
+                            + "attempt " + m.mapId());
                 }
                 int partitions = r.expected().numPartitions();
                 if (partitions != Expected.UNKNOWN_PARTITIONS && m.layout().numPartitions() != partitions) {
@@ -782,6 +794,23 @@ public final class BlockFetcher implements AutoCloseable {
             }
             default -> throw new IllegalStateException("a step landed in phase " + s.phase);
         }
+    }
+
+    /**
+     * Queues {@code s} to READ its slot again — what it saw may have been torn by a rewrite of the slot
+     * (a READ of it is not atomic) — or, after {@link #MAX_TORN_SLOT_READS} such READs in a row, fails it.
+     *
+     * @return null when queued, else the failure
+     */
+    private Object slotAgain(Step s, String why) {
+        if (++s.tornSlotReads > MAX_TORN_SLOT_READS) {
+            return failure(s.request, why + " (" + s.tornSlotReads + " times in a row)", null);
+        }
+        s.phase = Phase.SLOT;
+        s.reads = 1;
+        s.bytes = ShuffleOutputTable.SLOT_BYTES;
+        s.peer.waiting.addFirst(s);
+        return null;
     }
 
     /** Bytes this fetcher READ from output tables and metadata regions (not block data). */

@@ -17,16 +17,18 @@ import org.rdmashuffle.transport.RegionDescriptor;
  * but not registered: read it through Spark's own shuffle path),
  * {@code regionCount u32}, {@code mapId u64}, then the descriptor of the output's metadata region:
  * {@code address u64, rkey u32, length u32}. Metadata region: {@code regionCount u32,
- * numPartitions u32, maxRegionBytes u64}, {@code regionCount} region descriptors
+ * numPartitions u32, maxRegionBytes u64, mapId u64}, {@code regionCount} region descriptors
  * ({@link RegionDescriptor#ENCODED_BYTES} each), then {@code numPartitions + 1} partition offsets
  * ({@code u64}). A slot's state is written last, after a release fence, so a reader that sees
- * "published" sees the rest.
+ * "published" sees the rest — unless its READ of the 32 bytes overlapped a rewrite of the slot (a
+ * READ is not atomic): the metadata repeats the map id, so a reader can tell a torn slot from a
+ * good one and READ it again.
  *
  * <p>Publishing and removing are serialised by this object's monitor; reads come from the transport.
  */
 public final class ShuffleOutputTable implements AutoCloseable {
     public static final int SLOT_BYTES = 32;
-    static final int META_HEADER_BYTES = 16;
+    static final int META_HEADER_BYTES = 24;
     static final int STATE_EMPTY = 0;
     static final int STATE_PUBLISHED = 1;
     static final int STATE_UNREGISTERED = 2;
@@ -80,7 +82,7 @@ public final class ShuffleOutputTable implements AutoCloseable {
         MapOutputLayout l = output.layout();
         int regions = output.regionCount();
         ByteBuffer meta = ByteBuffer.allocateDirect(Math.toIntExact(metadataBytes(regions, l.numPartitions())));
-        meta.putInt(regions).putInt(l.numPartitions()).putLong(regions == 0 ? 0 : l.regionLength(0));
+        meta.putInt(regions).putInt(l.numPartitions()).putLong(regions == 0 ? 0 : l.regionLength(0)).putLong(mapId);
         for (int r = 0; r < regions; r++) {
             output.region(r).writeTo(meta);
         }
@@ -195,14 +197,19 @@ public final class ShuffleOutputTable implements AutoCloseable {
      *
      * @param layout partition offsets and region split
      * @param regions descriptors of the output's regions, in file order
+     * @param mapId the map task attempt it belongs to (the slot that pointed here must name the same)
      */
-    public record Metadata(MapOutputLayout layout, RegionDescriptor[] regions) {
+    public record Metadata(MapOutputLayout layout, RegionDescriptor[] regions, long mapId) {
         /** Parses a whole metadata region's bytes from {@code b}'s position. */
         public static Metadata parse(ByteBuffer b) {
             ByteBuffer m = b.duplicate();
+            if (m.remaining() < META_HEADER_BYTES) {
+                throw new IllegalArgumentException("corrupt map output metadata: " + m.remaining() + " bytes");
+            }
             int regionCount = m.getInt();
             int numPartitions = m.getInt();
             long maxRegion = m.getLong();
+            long mapId = m.getLong();
             if (regionCount < 0 || numPartitions < 0
                     || m.remaining() < (long) regionCount * RegionDescriptor.ENCODED_BYTES + (numPartitions + 1L) * 8) {
                 throw new IllegalArgumentException("corrupt map output metadata: " + regionCount + " regions, "
@@ -221,7 +228,7 @@ public final class ShuffleOutputTable implements AutoCloseable {
                 throw new IllegalArgumentException("corrupt map output metadata: " + regionCount
                         + " regions listed, " + layout.regionCount() + " implied");
             }
-            return new Metadata(layout, regions);
+            return new Metadata(layout, regions, mapId);
         }
     }
 }

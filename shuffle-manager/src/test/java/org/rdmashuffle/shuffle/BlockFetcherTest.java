@@ -229,7 +229,9 @@ class BlockFetcherTest {
                 assertEquals(r, f.request());
                 assertTrue(f.getMessage().contains("corrupt output table"), f.getMessage());
                 assertTrue(f.getMessage().contains("metadata of " + (64 << 20) + " bytes"), f.getMessage());
-                assertEquals(1, pool.stats().acquires(), "only the slot's buffer may be taken: " + pool.stats());
+                // the slot is READ again in case a rewrite tore it, a few times, never the claimed metadata
+                assertEquals(1 + BlockFetcher.MAX_TORN_SLOT_READS, pool.stats().acquires(),
+                        "only the slot's buffers may be taken: " + pool.stats());
                 assertEquals(0, pool.stats().inUseBuffers());
             }
             // The same map index in the real table, but a shuffle of another partition count: its metadata
@@ -331,6 +333,74 @@ class BlockFetcherTest {
             int to = (int) offsets[r.mapIndex()][r.endPartition()];
             assertEquals(to - from, b.length(), "length of " + r);
             assertEquals(-1, b.bytes().mismatch(ByteBuffer.wrap(data[r.mapIndex()], from, to - from)), "bytes of " + r);
+        }
+    }
+
+    /**
+     * A slot READ torn by a rewrite of the slot — "published", attempt 0, but the metadata descriptor of
+     * another output (attempt 1) — must not deliver that output's bytes as attempt 0's. The fetcher
+     * READs the slot again; once the slot is whole it delivers the right bytes, and a slot that stays
+     * torn fails the request instead of delivering anything.
+     */
+    @Test
+    @Timeout(60)
+    void shouldReadTheSlotAgainAndNeverDeliverAnotherOutputsBytesWhenASlotReadIsTorn(@TempDir Path dir)
+            throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 31, 2, 3, 50_000, 17);
+            ByteBuffer sinkMem = ByteBuffer.allocateDirect(2 * ShuffleOutputTable.SLOT_BYTES);
+            ByteBuffer fakeMem = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
+            try (ShuffleOutputTable table = out.table;
+                 MemoryRegion sink = reducer.register(sinkMem, RegionAccess.READ_SINK);
+                 MemoryRegion fake = executor.register(fakeMem, RegionAccess.REMOTE_READ)) {
+                RdmaChannel ch = reducer.connect(executor.localAddress());
+                CompletableFuture<Integer> got = new CompletableFuture<>();
+                RegionDescriptor t = table.descriptor();
+                ch.post(new ReadBatch(1).add(t.address(), t.rkey(), 2 * ShuffleOutputTable.SLOT_BYTES, sink, 0, 0),
+                        (id, st, n) -> got.complete(st));
+                assertEquals(ReadStatus.SUCCESS, got.get(10, TimeUnit.SECONDS));
+                ByteBuffer slot0 = ByteBuffer.allocate(ShuffleOutputTable.SLOT_BYTES);
+                ByteBuffer slot1 = ByteBuffer.allocate(ShuffleOutputTable.SLOT_BYTES);
+                slot0.put(sinkMem.duplicate().limit(ShuffleOutputTable.SLOT_BYTES)).clear();
+                slot1.put(sinkMem.duplicate().position(ShuffleOutputTable.SLOT_BYTES)).clear();
+                // Torn: slot 0's state, count and attempt (0), slot 1's metadata descriptor (attempt 1).
+                ByteBuffer torn = ByteBuffer.allocate(ShuffleOutputTable.SLOT_BYTES);
+                torn.put(slot0.duplicate().limit(16)).put(slot1.duplicate().position(16)).clear();
+                fakeMem.duplicate().put(torn.duplicate());
+                BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), fake.descriptor(), 0, 0, 0,
+                        3);
+                try (BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 30_000)) {
+                    fetcher.add(r);
+                    FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+                    assertTrue(f.getMessage().contains("names map attempt 0 but its metadata attempt 1")
+                            && f.getMessage().contains("times in a row"), f.getMessage());
+                }
+                // Torn for the first READ only: once the slot is whole, attempt 0's own bytes arrive.
+                GatedChannel[] gate = new GatedChannel[1];
+                try (BlockFetcher fetcher = new BlockFetcher(gatedNode(reducer, gate), pool, 1 << 20, 64 << 10,
+                        30_000)) {
+                    fetcher.add(r); // post 0: the slot, torn
+                    gate[0].release(0);
+                    fetcher.progress(); // post 1: the metadata, attempt 1's
+                    fakeMem.duplicate().put(slot0.duplicate()); // the rewrite is done
+                    gate[0].release(1);
+                    fetcher.progress(); // post 2: the slot again, whole now
+                    assertEquals(3, gate[0].postCount(), "the torn slot was not READ again");
+                    for (int i = 2; i < 5; i++) {
+                        assertTrue(i < gate[0].postCount() || i == 4, "posts: " + gate[0].postCount());
+                        if (i < gate[0].postCount()) {
+                            gate[0].release(i);
+                            fetcher.progress();
+                        }
+                    }
+                    try (BlockFetcher.Block b = fetcher.next()) {
+                        out.assertBytes(b);
+                    }
+                }
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
         }
     }
 

@@ -125,9 +125,12 @@ class ShuffleOutputTableTest {
 
     @Test
     void shouldRejectCorruptMetadataWhenParsed() {
-        ByteBuffer b = ByteBuffer.allocate(16).putInt(1000).putInt(4).putLong(1 << 20).flip();
+        ByteBuffer b = ByteBuffer.allocate(24).putInt(1000).putInt(4).putLong(1 << 20).putLong(7).flip();
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> ShuffleOutputTable.Metadata.parse(b));
+        assertTrue(e.getMessage().contains("corrupt map output metadata"), e.getMessage());
+        ByteBuffer shortHeader = ByteBuffer.allocate(16).putInt(0).putInt(4).putLong(1 << 20).flip();
+        e = assertThrows(IllegalArgumentException.class, () -> ShuffleOutputTable.Metadata.parse(shortHeader));
         assertTrue(e.getMessage().contains("corrupt map output metadata"), e.getMessage());
         ByteBuffer s = ByteBuffer.allocate(32).putInt(0, 77);
         assertThrows(IllegalArgumentException.class, () -> ShuffleOutputTable.Slot.parse(s));
