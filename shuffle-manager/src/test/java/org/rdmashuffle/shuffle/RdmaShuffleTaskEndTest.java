@@ -103,7 +103,12 @@ class RdmaShuffleTaskEndTest {
 
     /** Per reduce partition: its index, how many records and an order-independent digest of every record. */
     static List<String> digests(JavaSparkContext sc) {
-        return records(sc).partitionBy(new HashPartitioner(48)).mapPartitionsWithIndex((index, it) -> {
+        return digests(records(sc).partitionBy(new HashPartitioner(48)));
+    }
+
+    /** Per partition of {@code shuffled}: its index, how many records and an order-independent digest of every record. */
+    static List<String> digests(JavaPairRDD<Integer, byte[]> shuffled) {
+        return shuffled.mapPartitionsWithIndex((index, it) -> {
             long n = 0;
             long sum = 0;
             while (it.hasNext()) {

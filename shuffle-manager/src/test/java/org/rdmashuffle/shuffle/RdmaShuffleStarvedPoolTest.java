@@ -1,0 +1,59 @@
+package org.rdmashuffle.shuffle;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.HashPartitioner;
+import org.apache.spark.SparkConf;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * Four reduce tasks at once per executor, each wanting far more receive buffers in flight than the
+ * executor's pool may register: they take turns for the pool's memory and all finish with every
+ * record, without a deadlock, a pool timeout or a fetch failure.
+ */
+class RdmaShuffleStarvedPoolTest {
+    private static SparkConf conf(boolean rdma) {
+        return LocalCluster.conf(rdma)
+                .setMaster("local-cluster[" + LocalCluster.EXECUTORS + ",4,1024]") // four reducers per executor
+                .set("spark.shuffle.compress", "false");
+    }
+
+    @Test
+    @Timeout(600)
+    void shouldFinishEveryReducerWithEveryRecordWhenFourTasksShareAPoolFarSmallerThanTheyWouldKeepInFlight() {
+        List<String> expected;
+        try (LocalCluster sort = new LocalCluster(conf(false))) {
+            expected = RdmaShuffleTaskEndTest.digests(RdmaShuffleTaskEndTest.records(sort.sc)
+                    .partitionBy(new HashPartitioner(8)));
+        }
+        // 16 map outputs of ~1.4 MB, 8 reducers: each reducer wants ~2.8 MB in flight (48m allowed),
+        // four at once on an executor ~11 MB; the pool may register 2 MB.
+        SparkConf conf = conf(true)
+                .set("spark.shuffle.rdma.localBlocksFromDisk", "false") // every block through the pool
+                .set("spark.shuffle.rdma.pool.maxBufferSize", "256k")
+                .set("spark.shuffle.rdma.pool.chunkSize", "256k")
+                .set("spark.shuffle.rdma.pool.maxRegisteredBytes", "2m");
+        try (LocalCluster cluster = new LocalCluster(conf)) {
+            List<String> got = RdmaShuffleTaskEndTest.digests(RdmaShuffleTaskEndTest.records(cluster.sc)
+                    .partitionBy(new HashPartitioner(8)));
+            cluster.drainEvents();
+            assertEquals(expected, got);
+            assertEquals(List.of(), cluster.recorder.fetchFailures);
+            Map<String, LocalCluster.ExecutorProbe> probes = cluster.probe();
+            for (LocalCluster.ExecutorProbe p : probes.values()) {
+                var pool = p.stats().pool();
+                assertTrue(pool.registeredBytes() <= 2 << 20, "pool passed its cap: " + pool);
+                assertEquals(0, pool.timeouts(), "an acquire timed out: " + pool);
+                assertEquals(0, pool.inUseBuffers(), "buffers left in use: " + pool);
+            }
+            long atCap = probes.values().stream().mapToLong(p -> p.stats().pool().waits()).sum();
+            System.out.println("starved pool: " + probes);
+            assertTrue(probes.values().stream().anyMatch(p -> p.stats().pool().registeredBytes() == 2 << 20),
+                    "the pool never reached its cap, nothing was starved: " + probes + " (waits " + atCap + ")");
+        }
+    }
+}
