@@ -51,7 +51,6 @@ class RdmaShuffleStarvedPoolTest {
                 assertEquals(0, pool.inUseBuffers(), "buffers left in use: " + pool);
             }
             long atCap = probes.values().stream().mapToLong(p -> p.stats().pool().waits()).sum();
-            System.out.println("starved pool: " + probes);
             assertTrue(probes.values().stream().anyMatch(p -> p.stats().pool().registeredBytes() == 2 << 20),
                     "the pool never reached its cap, nothing was starved: " + probes + " (waits " + atCap + ")");
         }
