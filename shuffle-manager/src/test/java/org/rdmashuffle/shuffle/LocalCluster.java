@@ -107,6 +107,8 @@ final class LocalCluster implements AutoCloseable {
 
     final SparkSession spark;
     final JavaSparkContext sc;
+    /** Executor JVMs of this cluster, from its master URL ({@code local-cluster[N,...]}). */
+    final int executors;
     final Recorder recorder = new Recorder();
 
     /** Skips the calling test when the SPARK_HOME the build assembles is missing. */
@@ -170,12 +172,15 @@ final class LocalCluster implements AutoCloseable {
 
     LocalCluster(SparkConf conf) {
         assumeSparkHome();
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("local-cluster\\[(\\d+),")
+                .matcher(conf.get("spark.master"));
+        this.executors = m.lookingAt() ? Integer.parseInt(m.group(1)) : EXECUTORS;
         this.spark = SparkSession.builder().config(conf).getOrCreate();
         this.sc = JavaSparkContext.fromSparkContext(spark.sparkContext());
         try {
             // Fail fast when executors cannot start (a standalone master would relaunch them forever).
             long deadline = System.nanoTime() + 90_000_000_000L;
-            while (sc.sc().getExecutorMemoryStatus().size() < EXECUTORS + 1) {
+            while (sc.sc().getExecutorMemoryStatus().size() < executors + 1) {
                 if (System.nanoTime() > deadline) {
                     throw new AssertionError("executors did not register within 90 s; see "
                             + System.getenv("SPARK_HOME") + "/work/*/*/stderr");
@@ -211,8 +216,8 @@ final class LocalCluster implements AutoCloseable {
     /** Every executor's report, keyed by executor id (tasks are spread until each executor answered). */
     Map<String, ExecutorProbe> probe() {
         Map<String, ExecutorProbe> byExecutor = new TreeMap<>();
-        for (int round = 0; round < 20 && byExecutor.size() < EXECUTORS; round++) {
-            List<Integer> slots = IntStream.range(0, 8 * EXECUTORS).boxed().toList();
+        for (int round = 0; round < 20 && byExecutor.size() < executors; round++) {
+            List<Integer> slots = IntStream.range(0, 8 * executors).boxed().toList();
             // Java-serialised by hand: records are beyond Kryo when it is the configured serializer.
             for (byte[] bytes : sc.parallelize(slots, slots.size())
                     .mapPartitions(it -> List.of(javaSerialize(ExecutorProbe.take())).iterator()).collect()) {
@@ -220,7 +225,7 @@ final class LocalCluster implements AutoCloseable {
                 byExecutor.put(p.executorId(), p);
             }
         }
-        if (byExecutor.size() < EXECUTORS) {
+        if (byExecutor.size() < executors) {
             throw new AssertionError("probe reached only executors " + byExecutor.keySet());
         }
         return byExecutor;
