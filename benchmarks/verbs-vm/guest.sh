@@ -159,6 +159,7 @@ contract() {  # $1=label $2=ip
     -Dorg.slf4j.simpleLogger.log.org.rdmashuffle.transport.verbs=info -Dorg.slf4j.simpleLogger.showDateTime=true \
     -jar "$CONSOLE" execute --class-path "$CP" \
     --select-class org.rdmashuffle.transport.verbs.VerbsTransportContractTest \
+    --select-class org.rdmashuffle.transport.verbs.VerbsQueuePairAuthenticationTest \
     --disable-banner --details=tree > "/tmp/contract-$1.log" 2>&1
   local rc=$?
   trace_stop "$1"

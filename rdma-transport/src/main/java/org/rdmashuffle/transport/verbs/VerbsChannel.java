@@ -126,7 +126,7 @@ final class VerbsChannel implements RdmaChannel {
 
     /** Connects the first queue pair; the channel is usable once this returns. */
     void start(long connectTimeoutMs) throws IOException {
-        VerbsEndpoint ep = node.openEndpoint(rdmaTarget, connectTimeoutMs);
+        VerbsEndpoint ep = node.openEndpoint(peer, rdmaTarget, connectTimeoutMs);
         lock.lock();
         try {
             attach(ep);
@@ -561,7 +561,7 @@ final class VerbsChannel implements RdmaChannel {
         }
         VerbsEndpoint fresh;
         try {
-            fresh = node.openEndpoint(rdmaTarget, node.connectTimeoutMs());
+            fresh = node.openEndpoint(peer, rdmaTarget, node.connectTimeoutMs());
         } catch (IOException e) {
             fail(ReadStatus.CONNECTION_LOST, cause + ", and reconnecting failed: " + e.getMessage());
             return;

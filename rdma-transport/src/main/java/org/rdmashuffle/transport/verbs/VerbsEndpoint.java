@@ -36,6 +36,27 @@ final class VerbsEndpoint extends RdmaActiveEndpoint {
         this.serverSide = serverSide;
     }
 
+    /**
+     * Runs once the queue pair exists and before rdma_cm accepts or connects it. A server endpoint
+     * whose connect request no authenticated peer announced ({@link VerbsNode#mayAccept}) destroys its
+     * queue pair here — still in INIT, never RTR or RTS — and fails the accept; closing it then
+     * destroys the rdma_cm id, which rejects the connect request.
+     */
+    @Override
+    protected synchronized void init() throws IOException {
+        super.init();
+        if (!serverSide) {
+            return;
+        }
+        java.net.SocketAddress from = getDstAddr();
+        java.net.InetAddress ip = from instanceof java.net.InetSocketAddress a ? a.getAddress() : null;
+        if (ip == null || !node.mayAccept(ip)) {
+            getIdPriv().destroyQP();
+            node.dropRefused(this);
+            throw new IOException("queue pair from " + from + " refused: not announced by an authenticated peer");
+        }
+    }
+
     /** Runs on DiSNI's completion thread; {@code wc} is reused by DiSNI, so only its fields are passed on. */
     @Override
     public void dispatchCqEvent(IbvWC wc) {

@@ -6,11 +6,14 @@ import com.ibm.disni.verbs.IbvMr;
 import com.ibm.disni.verbs.IbvPd;
 import com.ibm.disni.verbs.RdmaConnParam;
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayDeque;
+import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
@@ -62,6 +65,9 @@ public final class VerbsNode implements RdmaNode {
     private static final byte OP_USER = 0;
     private static final byte OP_HELLO = 1;
     private static final byte OP_DIAGNOSE = 2;
+    private static final byte OP_ADMIT = 3;
+    /** Admissions one address may have pending; older ones are dropped past it. */
+    private static final int MAX_PENDING_ADMISSIONS = 64;
 
     private final RdmaShuffleConf conf;
     private final ControlHandler userHandler;
@@ -88,10 +94,24 @@ public final class VerbsNode implements RdmaNode {
     private final LongAdder readsFailed = new LongAdder();
     private final LongAdder bytesRead = new LongAdder();
     private volatile boolean closed;
+    /**
+     * With authentication on: queue pairs announced over the authenticated control connection and not
+     * yet connected, per source address, each with its deadline (nanoTime); null with it off.
+     */
+    private final Map<InetAddress, ArrayDeque<Long>> admissions;
+    private final boolean authenticated;
+    /** Whether the device is iWARP, whose READ sinks must be remote-writable. */
+    private final boolean iwarp;
+    /** The address this node's rdma_cm listens on, and its queue pairs connect from. */
+    private final InetAddress rdmaAddress;
+    private final Set<InetAddress> refusedFrom = ConcurrentHashMap.newKeySet();
+    private final LongAdder queuePairsRefused = new LongAdder();
 
     public VerbsNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         this.conf = conf;
         this.userHandler = options.controlHandler();
+        this.admissions = options.secret() == null ? null : new HashMap<>();
+        this.authenticated = options.secret() != null;
         this.queuePairs = QueuePairParameters.of(conf);
         if (queuePairs.readDepth() < conf.verbsMaxQpReadAtoms()) {
             LOG.info("verbs: spark.shuffle.rdma.verbs.maxQpReadAtoms={} lowered to {}, the most rdma_cm carries",
@@ -130,7 +150,9 @@ public final class VerbsNode implements RdmaNode {
             }
             this.pd = p;
             this.device = deviceName(p);
+            this.iwarp = isIwarp(device);
             this.rdmaPort = portOf(l.getSrcAddr());
+            this.rdmaAddress = ((InetSocketAddress) l.getSrcAddr()).getAddress();
             this.group = g;
             this.listener = l;
             c = new TcpNode(conf, options.withControlHandler(this::onControl));
@@ -167,6 +189,21 @@ public final class VerbsNode implements RdmaNode {
                     .trim();
         } catch (IOException | RuntimeException e) {
             return "an RDMA device";
+        }
+    }
+
+    /**
+     * Whether {@code device} is an iWARP RNIC ({@code node_type} 4 in sysfs); true when that cannot be
+     * read, since a remote-writable sink works on every device while a local-only one fails on iWARP.
+     */
+    private static boolean isIwarp(String device) {
+        try {
+            String type = Files.readString(Path.of("/sys/class/infiniband", device, "node_type")).trim();
+            return type.startsWith("4");
+        } catch (IOException | RuntimeException e) {
+            LOG.info("verbs: cannot read the node type of {} ({}); registering READ sinks remote-writable, as "
+                    + "iWARP needs", device, e.toString());
+            return true;
         }
     }
 
@@ -223,6 +260,12 @@ public final class VerbsNode implements RdmaNode {
                 return userHandler.onMessage(request.slice());
             case OP_HELLO:
                 return ByteBuffer.allocate(8).putInt(0, rdmaPort).putInt(4, queuePairs.readDepth());
+            case OP_ADMIT: {
+                byte[] ip = new byte[request.remaining()];
+                request.get(ip);
+                admit(InetAddress.getByAddress(ip));
+                return null;
+            }
             case OP_DIAGNOSE: {
                 int rkey = request.getInt();
                 long addr = request.getLong();
@@ -342,9 +385,17 @@ public final class VerbsNode implements RdmaNode {
                 + " attempt(s): " + (last == null ? "?" : last.getMessage()), ReadStatus.CONNECTION_LOST, last);
     }
 
-    /** A connected client queue pair to {@code target}. */
-    VerbsEndpoint openEndpoint(InetSocketAddress target, long timeoutMs) throws IOException {
+    /**
+     * A connected client queue pair to {@code target}, {@code peer}'s rdma_cm listener. With
+     * authentication on, the queue pair is first announced to the peer over the authenticated control
+     * connection (from this node's RDMA address), since rdma_cm's own connect request proves nothing.
+     */
+    VerbsEndpoint openEndpoint(NodeAddress peer, InetSocketAddress target, long timeoutMs) throws IOException {
         ensureOpen();
+        if (authenticated) {
+            byte[] ip = rdmaAddress.getAddress();
+            controlCall(peer, ByteBuffer.allocate(1 + ip.length).put(OP_ADMIT).put(ip).flip());
+        }
         VerbsEndpoint ep = group.createEndpoint();
         try {
             ep.connectWithin(target, timeoutMs);
@@ -353,6 +404,65 @@ public final class VerbsNode implements RdmaNode {
             ep.closeQuietly();
             throw e;
         }
+    }
+
+    /** Records one announced queue pair from {@code from}, valid for twice the connect timeout. */
+    private void admit(InetAddress from) {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(2 * conf.connectTimeoutMs() + 5_000);
+        synchronized (admissions) {
+            ArrayDeque<Long> q = admissions.computeIfAbsent(from, a -> new ArrayDeque<>());
+            if (q.size() == MAX_PENDING_ADMISSIONS) {
+                q.pollFirst();
+            }
+            q.addLast(deadline);
+        }
+    }
+
+    /**
+     * Whether a queue pair connecting from {@code from} may be accepted: always with authentication
+     * off; else only when an authenticated peer announced it (one announcement, one queue pair).
+     * Called before the queue pair is accepted, so a refused one never reaches RTR or RTS.
+     */
+    boolean mayAccept(InetAddress from) {
+        if (!authenticated) {
+            return true;
+        }
+        long now = System.nanoTime();
+        synchronized (admissions) {
+            ArrayDeque<Long> q = admissions.get(from);
+            while (q != null && !q.isEmpty()) {
+                if (q.pollFirst() - now > 0) {
+                    if (q.isEmpty()) {
+                        admissions.remove(from);
+                    }
+                    return true;
+                }
+            }
+            admissions.remove(from);
+        }
+        queuePairsRefused.increment();
+        if (refusedFrom.add(from)) {
+            LOG.warn("verbs: refused a queue pair from {}: no peer announced it over an authenticated control "
+                    + "connection (spark.authenticate is on); later refusals from there are logged at DEBUG", from);
+        } else {
+            LOG.debug("verbs: refused a queue pair from {}: not announced", from);
+        }
+        return false;
+    }
+
+    /** The port this node's rdma_cm listens on. */
+    int rdmaPort() {
+        return rdmaPort;
+    }
+
+    /** Queue pairs this node refused because no authenticated peer announced them. */
+    long queuePairsRefused() {
+        return queuePairsRefused.sum();
+    }
+
+    /** Closes an endpoint whose connect request was refused, once DiSNI's accept has let go of it. */
+    void dropRefused(VerbsEndpoint ep) {
+        execute(ep::closeQuietly);
     }
 
     long connectTimeoutMs() {
@@ -554,9 +664,10 @@ public final class VerbsNode implements RdmaNode {
     private VerbsRegion add(ByteBuffer memory, RegionAccess access, boolean ownsMapping) throws IOException {
         ensureOpen();
         // Served memory: REMOTE_READ only (a read-only file mapping cannot be registered writable). READ
-        // sinks: LOCAL_WRITE | REMOTE_WRITE, which iWARP requires of the buffer a READ response lands in.
+        // sinks: LOCAL_WRITE, and on iWARP also REMOTE_WRITE, which iWARP requires of the buffer a READ
+        // response lands in (RoCE and InfiniBand do not: there a sink cannot be written by any peer).
         int flags = access == RegionAccess.REMOTE_READ ? IbvMr.IBV_ACCESS_REMOTE_READ
-                : IbvMr.IBV_ACCESS_LOCAL_WRITE | IbvMr.IBV_ACCESS_REMOTE_WRITE;
+                : iwarp ? IbvMr.IBV_ACCESS_LOCAL_WRITE | IbvMr.IBV_ACCESS_REMOTE_WRITE : IbvMr.IBV_ACCESS_LOCAL_WRITE;
         IbvMr mr;
         try {
             mr = pd.regMr(memory, flags).execute().free().getMr();
