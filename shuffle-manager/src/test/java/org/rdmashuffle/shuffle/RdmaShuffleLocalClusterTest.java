@@ -319,12 +319,16 @@ class RdmaShuffleLocalClusterTest {
         assertEquals(500, first.size());
         assertEquals(50_000, first.values().stream().mapToInt(Integer::intValue).sum());
         int shuffleId = ((ShuffleDependency<?, ?, ?>) counts.rdd().dependencies().head()).shuffleId();
-        // Every executor withdraws its registrations of the shuffle (files stay; the tracker still
-        // lists them), as a serving executor that lost its node state would look to readers.
+        // Every executor withdraws its map outputs of the shuffle from its output table (files stay; the
+        // tracker still lists them), as a serving executor that lost them would look to readers.
         Set<String> withdrawn = new TreeSet<>();
         for (int round = 0; round < 20 && withdrawn.size() < LocalCluster.EXECUTORS; round++) {
             withdrawn.addAll(cluster.sc.parallelize(List.of(0, 1, 2, 3, 4, 5, 6, 7), 8).map(x -> {
-                ((RdmaShuffleManager) SparkEnv.get().shuffleManager()).runtime().unregisterShuffle(shuffleId);
+                ExecutorRuntime rt = ((RdmaShuffleManager) SparkEnv.get().shuffleManager()).runtime();
+                ShuffleOutputTable t = rt.table(shuffleId, 6);
+                for (int m = 0; m < 6; m++) {
+                    t.remove(m);
+                }
                 return SparkEnv.get().executorId();
             }).collect());
         }
@@ -339,9 +343,37 @@ class RdmaShuffleLocalClusterTest {
             assertEquals(shuffleId, f.shuffleId(), f.toString());
             assertTrue(f.mapIndex() >= 0 && f.mapIndex() < 6 && f.reduceId() >= 0 && f.reduceId() < 4, f.toString());
             assertTrue(withdrawn.contains(f.bmAddress().executorId()), f.toString());
+            // the slot READ finds it gone, or (metadata cached from the first job) the data READ does
             assertTrue(f.message().contains("map output not registered")
-                    || f.message().contains("no output table"), f.message());
+                    || f.message().contains("data READ failed"), f.message());
         }
+    }
+
+    @Test
+    @Order(9)
+    @Timeout(300)
+    void shouldReadThroughSparksPathWithoutAFetchFailureWhenPeersHoldNoOutputTable() {
+        JavaPairRDD<Integer, Integer> counts = ShuffleJobs.pairs(cluster.sc, 50_000, 6, 500).mapValues(v -> 1)
+                .reduceByKey(Integer::sum, 4);
+        Map<Integer, Integer> first = new TreeMap<>(counts.collectAsMap());
+        int shuffleId = ((ShuffleDependency<?, ?, ?>) counts.rdd().dependencies().head()).shuffleId();
+        // Every executor drops its whole table for the shuffle (files stay; the tracker still lists
+        // them), as an executor whose table could not be registered looks to readers.
+        Set<String> dropped = new TreeSet<>();
+        for (int round = 0; round < 20 && dropped.size() < LocalCluster.EXECUTORS; round++) {
+            dropped.addAll(cluster.sc.parallelize(List.of(0, 1, 2, 3, 4, 5, 6, 7), 8).map(x -> {
+                ((RdmaShuffleManager) SparkEnv.get().shuffleManager()).runtime().unregisterShuffle(shuffleId);
+                return SparkEnv.get().executorId();
+            }).collect());
+        }
+        long readBefore = read(cluster.probe());
+        int failuresBefore = cluster.recorder.fetchFailures.size();
+        Map<Integer, Integer> second = new TreeMap<>(counts.collectAsMap());
+        assertEquals(first, second);
+        cluster.drainEvents();
+        assertEquals(failuresBefore, cluster.recorder.fetchFailures.size(), "fetch failures: "
+                + cluster.recorder.fetchFailures);
+        assertEquals(readBefore, read(cluster.probe()), "blocks were READ although no peer holds a table");
     }
 
     private static final Pattern SHUFFLE_FILE = Pattern.compile("shuffle_(\\d+)_.*");
