@@ -119,8 +119,9 @@ public final class BlockFetcher implements AutoCloseable {
         }
 
         /**
-         * Whether the peer committed this map output without registering it (past its registration cap,
-         * or registering failed): no bytes here, the caller fetches it through Spark's own shuffle path.
+         * Whether the peer does not serve this map attempt by READs — it committed the output without
+         * registering it (past its registration cap, or registering failed), or another attempt of the
+         * map replaced it in the table: no bytes here, the caller fetches it through Spark's own path.
          */
         public boolean unregistered() {
             return unregistered;
@@ -729,8 +730,10 @@ public final class BlockFetcher implements AutoCloseable {
                     return failure(r, "map output not registered at the peer (lost or never written)", null);
                 }
                 if (r.mapId() != Request.ANY_MAP_ID && slot.mapId() != r.mapId()) {
-                    return failure(r, "the peer serves map attempt " + slot.mapId() + ", not attempt " + r.mapId()
-                            + " that the MapOutputTracker names", null);
+                    // Another attempt of the map replaced it in the table (a retried or zombie attempt on the
+                    // same executor); the attempt the tracker names may still be on disk: Spark's path reads
+                    // it by its id, or fails the fetch if it is gone.
+                    return new Block(r, null, 0, 0, true);
                 }
                 if (slot.unregistered()) {
                     return new Block(r, null, 0, 0, true); // committed, left to Spark's path by the peer

@@ -41,6 +41,8 @@ final class ExecutorRuntime implements AutoCloseable {
     private final Map<Integer, MetadataCache> metadataCaches = new ConcurrentHashMap<>();
     private final LongAdder controlBytesRead = new LongAdder();
     private final Object capLock = new Object();
+    /** Shuffles whose output table could not be registered here. */
+    private final java.util.Set<Integer> noTable = ConcurrentHashMap.newKeySet();
     private final java.util.Set<String> sparkPathPeers = ConcurrentHashMap.newKeySet();
     private final LongAdder unregisteredOutputs = new LongAdder();
     private final LongAdder unregisteredOutputBytes = new LongAdder();
@@ -74,6 +76,9 @@ final class ExecutorRuntime implements AutoCloseable {
     }
 
     private RegionDescriptor localTable(int shuffleId) {
+        if (noTable.contains(shuffleId)) {
+            return null; // readers take every output of it through Spark's path
+        }
         ShuffleOutputTable t = tables.get(shuffleId);
         return t == null ? null : t.descriptor();
     }
@@ -102,10 +107,16 @@ final class ExecutorRuntime implements AutoCloseable {
     void publish(int shuffleId, int numMaps, int mapIndex, long mapId, File data, long[] offsets) {
         long bytes = offsets[offsets.length - 1];
         ShuffleOutputTable table;
+        if (noTable.contains(shuffleId)) {
+            leftToSpark(shuffleId, mapIndex, bytes, "its output table could not be registered", null);
+            return;
+        }
         try {
             table = table(shuffleId, numMaps);
         } catch (IOException | RuntimeException e) {
-            // no table to publish in: this executor's outputs of the shuffle are read through Spark's path
+            // No table to publish in: every output of the shuffle on this executor — also later ones, or
+            // readers would find this one's slot empty — is read through Spark's path.
+            noTable.add(shuffleId);
             leftToSpark(shuffleId, mapIndex, bytes, "its output table cannot be registered: " + e.getMessage(), e);
             return;
         }
@@ -231,6 +242,7 @@ final class ExecutorRuntime implements AutoCloseable {
             t.close();
         }
         metadataCaches.remove(shuffleId);
+        noTable.remove(shuffleId);
         remoteTables.keySet().removeIf(k -> k.endsWith("#" + shuffleId));
     }
 

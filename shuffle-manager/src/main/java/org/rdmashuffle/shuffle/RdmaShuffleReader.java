@@ -230,13 +230,14 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 if (nextLocal < local.size()) {
                     fetcher.progress(); // post the remote blocks' next READs between local ones
                     current = openLocal(local.get(nextLocal++));
+                } else if (fetcher.outstanding() > 0) {
+                    // READ blocks first: their buffers are the executor's shared pool, while Spark's
+                    // fetcher (started at once) holds its own memory until its blocks are taken
+                    current = nextRemote(); // null for a block its executor left unregistered
                 } else if (sparkBlocks != null && sparkBlocks.hasNext()) {
-                    fetcher.progress();
                     Tuple2<BlockId, InputStream> b = sparkBlocks.next(); // decoded; Spark's own corruption checks
                     sparkStream = b._2();
                     current = SparkInterop.records(serializer, sparkStream);
-                } else if (fetcher.outstanding() > 0) {
-                    current = nextRemote(); // null for a block its executor left unregistered
                 } else if (!unregistered.isEmpty()) {
                     sparkBlocks = SparkInterop.fetchThroughSpark(context, unregistered, metrics);
                     unregistered = new LinkedHashMap<>();

@@ -21,6 +21,7 @@ final class VerbsEndpoint extends RdmaActiveEndpoint {
     private static final int REJECTED = RdmaCmEvent.EventType.RDMA_CM_EVENT_REJECTED.ordinal();
     private static final int DISCONNECTED = RdmaCmEvent.EventType.RDMA_CM_EVENT_DISCONNECTED.ordinal();
     private static final int DEVICE_REMOVAL = RdmaCmEvent.EventType.RDMA_CM_EVENT_DEVICE_REMOVAL.ordinal();
+    private static final int ESTABLISHED = RdmaCmEvent.EventType.RDMA_CM_EVENT_ESTABLISHED.ordinal();
 
     private final VerbsNode node;
     private final boolean serverSide;
@@ -28,6 +29,8 @@ final class VerbsEndpoint extends RdmaActiveEndpoint {
     private Thread connecting;
     private String failure;
     private boolean connectOver;
+    private boolean established;
+    private boolean acceptAborted;
 
     VerbsEndpoint(VerbsNode node, RdmaActiveEndpointGroup<VerbsEndpoint> group, RdmaCmId id, boolean serverSide)
             throws IOException {
@@ -55,6 +58,35 @@ final class VerbsEndpoint extends RdmaActiveEndpoint {
             node.dropRefused(this);
             throw new IOException("queue pair from " + from + " refused: not announced by an authenticated peer");
         }
+        // DiSNI's accept waits for ESTABLISHED without a bound, on the node's only acceptor thread: a peer
+        // that goes away mid-handshake must not stop every later accept.
+        long timeoutMs = node.connectTimeoutMs();
+        node.schedule(() -> abortAccept("no connection within " + timeoutMs + " ms"), timeoutMs);
+    }
+
+    /**
+     * Ends DiSNI's wait in a server endpoint's accept when the connection will not come: a synthetic
+     * DISCONNECTED moves its state past "connected", so accept returns it unconnected and the node's
+     * acceptor closes it.
+     */
+    private void abortAccept(String why) {
+        synchronized (this) {
+            if (!serverSide || established || acceptAborted) {
+                return;
+            }
+            acceptAborted = true;
+        }
+        try {
+            super.dispatchCmEvent(new RdmaCmEvent(DISCONNECTED, null, null));
+            node.noteAbortedAccept(why);
+        } catch (IOException e) {
+            node.noteAbortedAccept(why + " (and ending the accept failed: " + e + ")");
+        }
+    }
+
+    /** Whether rdma_cm reported this endpoint's connection established. */
+    synchronized boolean established() {
+        return established;
     }
 
     /** Runs on DiSNI's completion thread; {@code wc} is reused by DiSNI, so only its fields are passed on. */
@@ -70,6 +102,13 @@ final class VerbsEndpoint extends RdmaActiveEndpoint {
     public synchronized void dispatchCmEvent(RdmaCmEvent event) throws IOException {
         super.dispatchCmEvent(event);
         int t = event.getEvent();
+        if (t == ESTABLISHED) {
+            established = true;
+        }
+        if (serverSide && !established && (t == CONNECT_ERROR || t == UNREACHABLE || t == REJECTED)) {
+            abortAccept("rdma_cm " + RdmaCmEvent.EventType.values()[t].name());
+            return;
+        }
         if (t == ADDR_ERROR || t == ROUTE_ERROR || t == CONNECT_ERROR || t == UNREACHABLE || t == REJECTED) {
             abortConnect(RdmaCmEvent.EventType.values()[t].name().substring("RDMA_CM_EVENT_".length())
                     .toLowerCase(java.util.Locale.ROOT).replace('_', ' '));

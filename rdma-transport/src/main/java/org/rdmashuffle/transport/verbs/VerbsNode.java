@@ -410,6 +410,10 @@ public final class VerbsNode implements RdmaNode {
     private void admit(InetAddress from) {
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(2 * conf.connectTimeoutMs() + 5_000);
         synchronized (admissions) {
+            if (admissions.size() >= 256) { // addresses whose announced queue pairs never came
+                long now = System.nanoTime();
+                admissions.values().removeIf(q -> q.isEmpty() || q.peekLast() - now <= 0);
+            }
             ArrayDeque<Long> q = admissions.computeIfAbsent(from, a -> new ArrayDeque<>());
             if (q.size() == MAX_PENDING_ADMISSIONS) {
                 q.pollFirst();
@@ -441,7 +445,7 @@ public final class VerbsNode implements RdmaNode {
             admissions.remove(from);
         }
         queuePairsRefused.increment();
-        if (refusedFrom.add(from)) {
+        if (refusedFrom.size() < 1024 && refusedFrom.add(from)) { // bounded: sources can be spoofed
             LOG.warn("verbs: refused a queue pair from {}: no peer announced it over an authenticated control "
                     + "connection (spark.authenticate is on); later refusals from there are logged at DEBUG", from);
         } else {
@@ -458,6 +462,11 @@ public final class VerbsNode implements RdmaNode {
     /** Queue pairs this node refused because no authenticated peer announced them. */
     long queuePairsRefused() {
         return queuePairsRefused.sum();
+    }
+
+    /** An accept that was ended because its connection never came (logged at DEBUG: peers can cause it). */
+    void noteAbortedAccept(String why) {
+        LOG.debug("verbs: gave up accepting a queue pair: {}", why);
     }
 
     /** Closes an endpoint whose connect request was refused, once DiSNI's accept has let go of it. */
@@ -481,6 +490,10 @@ public final class VerbsNode implements RdmaNode {
                 if (closed) {
                     ep.closeQuietly();
                     break;
+                }
+                if (!ep.established()) { // its accept was ended: the peer went away mid-handshake
+                    ep.closeQuietly();
+                    continue;
                 }
                 accepted.add(ep);
                 if (LOG.isDebugEnabled()) {
