@@ -138,6 +138,15 @@ class RdmaShuffleCorruptionTest {
             List<String> got = digests(shuffled); // reuses the map outputs, one of them now corrupt
             cluster.drainEvents();
             assertEquals(expected, got, "records after corrupting " + what);
+            String corrupted = what.substring(0, what.indexOf(':'));
+            for (FetchFailed f : cluster.recorder.fetchFailures) {
+                assertEquals(corrupted, f.bmAddress().executorId(), "blamed another executor than the one whose "
+                        + "output was corrupted (" + what + "): " + f.message());
+            }
+            if (conf.contains("spark.shuffle.manager")) {
+                long read = cluster.probe().values().stream().mapToLong(p -> p.stats().node().bytesRead()).sum();
+                assertTrue(read > 0, "nothing was READ over the transport");
+            }
             return new ArrayList<>(cluster.recorder.fetchFailures);
         }
     }
