@@ -14,18 +14,14 @@ import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.SplittableRandom;
-import java.util.zip.CRC32;
 import org.apache.spark.FetchFailed;
 import org.apache.spark.HashPartitioner;
 import org.apache.spark.ShuffleDependency;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.api.java.JavaPairRDD;
-import org.apache.spark.api.java.JavaSparkContext;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import scala.Tuple2;
 
 /**
  * A byte flipped in a committed map output (in every partition of one map's data file, after the map
@@ -35,42 +31,7 @@ import scala.Tuple2;
  * show that it recovers too.
  */
 class RdmaShuffleCorruptionTest {
-    private static final int MAPS = 6;
-    private static final int RECORDS_PER_MAP = 4_000;
     private static final int PARTITIONS = 8;
-
-    private static JavaPairRDD<Integer, byte[]> records(JavaSparkContext sc) {
-        List<Integer> maps = new ArrayList<>();
-        for (int m = 0; m < MAPS; m++) {
-            maps.add(m);
-        }
-        return sc.parallelize(maps, MAPS).flatMapToPair(m -> {
-            List<Tuple2<Integer, byte[]>> out = new ArrayList<>(RECORDS_PER_MAP);
-            for (int j = 0; j < RECORDS_PER_MAP; j++) {
-                long i = (long) m * RECORDS_PER_MAP + j;
-                byte[] v = new byte[16 + (int) (i % 100)];
-                new SplittableRandom(i).nextBytes(v); // random bytes: the blocks stay large after compression
-                out.add(new Tuple2<>((int) ((i * 7919) % 3000), v));
-            }
-            return out.iterator();
-        });
-    }
-
-    /** Per reduce partition: its index, how many records and an order-independent digest of every record. */
-    private static List<String> digests(JavaPairRDD<Integer, byte[]> shuffled) {
-        return shuffled.mapPartitionsWithIndex((index, it) -> {
-            long n = 0;
-            long sum = 0;
-            while (it.hasNext()) {
-                Tuple2<Integer, byte[]> r = it.next();
-                CRC32 crc = new CRC32();
-                crc.update(r._2());
-                sum += (crc.getValue() ^ ((long) r._1() << 32)) * 0x9E3779B97F4A7C15L + r._2().length;
-                n++;
-            }
-            return List.of(index + ":" + n + ":" + sum).iterator();
-        }, true).collect();
-    }
 
     /** On the executor that runs it: flips one byte in the middle of every partition of one map output's data file. */
     static String flipOneMapOutput(int shuffleId) {
@@ -130,12 +91,13 @@ class RdmaShuffleCorruptionTest {
      */
     private static List<FetchFailed> corruptAndReduce(SparkConf conf, List<String> expected) {
         try (LocalCluster cluster = new LocalCluster(conf)) {
-            JavaPairRDD<Integer, byte[]> shuffled = records(cluster.sc).partitionBy(new HashPartitioner(PARTITIONS));
-            assertEquals((long) MAPS * RECORDS_PER_MAP, shuffled.count()); // the map stage, outputs committed
+            JavaPairRDD<Integer, byte[]> shuffled = RdmaShuffleTaskEndTest.records(cluster.sc)
+                    .partitionBy(new HashPartitioner(PARTITIONS));
+            assertEquals(200_000, shuffled.count()); // the map stage, outputs committed
             int shuffleId = ((ShuffleDependency<?, ?, ?>) shuffled.rdd().dependencies().head()).shuffleId();
             String what = cluster.sc.parallelize(List.of(0), 1).map(x -> flipOneMapOutput(shuffleId)).collect().get(0);
             assertFalse(what.isEmpty() || what.endsWith(":0"), "no map output was corrupted: " + what);
-            List<String> got = digests(shuffled); // reuses the map outputs, one of them now corrupt
+            List<String> got = RdmaShuffleTaskEndTest.digests(shuffled); // reuses the map outputs, one of them now corrupt
             cluster.drainEvents();
             assertEquals(expected, got, "records after corrupting " + what);
             String corrupted = what.substring(0, what.indexOf(':'));
@@ -163,7 +125,8 @@ class RdmaShuffleCorruptionTest {
     void shouldRerunTheMapAndDeliverEveryRecordWhenACommittedMapOutputHasAFlippedByteAsSortShuffleDoes() {
         List<String> expected;
         try (LocalCluster clean = new LocalCluster(conf(false))) {
-            expected = digests(records(clean.sc).partitionBy(new HashPartitioner(PARTITIONS)));
+            expected = RdmaShuffleTaskEndTest.digests(RdmaShuffleTaskEndTest.records(clean.sc)
+                    .partitionBy(new HashPartitioner(PARTITIONS)));
         }
         List<FetchFailed> sort = corruptAndReduce(conf(false), expected);
         assertFalse(sort.isEmpty(), "Spark's sort shuffle did not notice the corrupt map output");
