@@ -50,8 +50,8 @@ final class LocalCluster implements AutoCloseable {
     }
 
     /** What one executor reported to {@link #probe()}. */
-    record ExecutorProbe(String executorId, RdmaShuffleManager.ExecutorStats stats, List<String> shuffleFiles)
-            implements Serializable {
+    record ExecutorProbe(String executorId, RdmaShuffleManager.ExecutorStats stats, List<String> shuffleFiles,
+                         ProcessResources resources) implements Serializable {
         private static final long serialVersionUID = 1L;
 
         static ExecutorProbe take() {
@@ -62,7 +62,7 @@ final class LocalCluster implements AutoCloseable {
             }
             RdmaShuffleManager.ExecutorStats stats = env.shuffleManager() instanceof RdmaShuffleManager m
                     ? m.executorStats().orElse(null) : null;
-            return new ExecutorProbe(env.executorId(), stats, files);
+            return new ExecutorProbe(env.executorId(), stats, files, ProcessResources.sample());
         }
 
         private static void collectShuffleFiles(File f, List<String> out) {
