@@ -387,13 +387,13 @@ public final class BufferPool implements AutoCloseable {
             memory = ByteBuffer.allocateDirect(bytes);
         } catch (OutOfMemoryError e) {
             throw new BufferPoolException("cannot allocate " + ByteSizes.format(bytes)
-                    + " of direct memory (raise -XX:MaxDirectMemorySize)", e);
+                    + " of direct memory (raise -XX:MaxDirectMemorySize)", e, true);
         }
         Registration reg;
         try {
             reg = registrar.register(memory);
         } catch (IOException | RuntimeException e) {
-            throw new BufferPoolException("cannot register " + ByteSizes.format(bytes) + ": " + e.getMessage(), e);
+            throw new BufferPoolException("cannot register " + ByteSizes.format(bytes) + ": " + e.getMessage(), e, true);
         }
         registrations++;
         registeredBytes += bytes;

@@ -118,6 +118,7 @@ class BufferPoolTest {
             long waitedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
             assertTrue(waitedMs >= 250, "gave up after " + waitedMs + " ms");
             assertTrue(e.getMessage().contains("buffer pool exhausted"), e.getMessage());
+            assertFalse(e.memoryUnavailable(), "a pool at its own cap is not the host's trouble");
             assertTrue(e.getMessage().contains("spark.shuffle.rdma.pool.maxRegisteredBytes"), e.getMessage());
             assertTrue(e.getMessage().contains("256k"), e.getMessage());
             BufferPoolStats s = pool.stats();
@@ -395,6 +396,7 @@ class BufferPoolTest {
         try (BufferPool pool = new BufferPool(small("1m", "1s", "disabled"), registrar)) {
             BufferPoolException e = assertThrows(BufferPoolException.class, () -> pool.acquire(4096));
             assertTrue(e.getMessage().contains("device refused registration"), e.getMessage());
+            assertTrue(e.memoryUnavailable(), "a refused registration is the host's memory trouble");
             assertEquals(0, pool.stats().registeredBytes());
             registrar.fail = false;
             pool.acquire(4096).release();
@@ -407,6 +409,6 @@ class BufferPoolTest {
         assertThrows(IllegalArgumentException.class, () -> pool.acquire(0));
         pool.close();
         pool.close();
-        assertThrows(BufferPoolException.class, () -> pool.acquire(10));
+        assertFalse(assertThrows(BufferPoolException.class, () -> pool.acquire(10)).memoryUnavailable());
     }
 }

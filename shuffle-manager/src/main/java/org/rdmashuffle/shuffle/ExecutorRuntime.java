@@ -45,6 +45,10 @@ final class ExecutorRuntime implements AutoCloseable {
     private final java.util.Set<Integer> noTable = ConcurrentHashMap.newKeySet();
     private final java.util.Set<String> sparkPathPeers = ConcurrentHashMap.newKeySet();
     private final LongAdder unregisteredOutputs = new LongAdder();
+    /** Tasks that fetched blocks through Spark's path for want of receive memory. */
+    private final LongAdder receiveMemoryFallbacks = new LongAdder();
+    private final java.util.concurrent.atomic.AtomicBoolean warnedReceiveMemory =
+            new java.util.concurrent.atomic.AtomicBoolean();
     private final LongAdder unregisteredOutputBytes = new LongAdder();
     private final java.util.concurrent.atomic.AtomicBoolean warnedUnregistered =
             new java.util.concurrent.atomic.AtomicBoolean();
@@ -176,6 +180,22 @@ final class ExecutorRuntime implements AutoCloseable {
      * Logs, once per executor of this runtime's life and per {@code peerExecutorId}, that blocks of
      * that peer are read through Spark's own path and why.
      */
+    /**
+     * A task could not get receive buffers (allocating or registering memory failed): its {@code blocks}
+     * not yet READ go through Spark's path. One WARN per executor, the rest at DEBUG; counted in the stats.
+     */
+    void noteReceiveMemoryUnavailable(int blocks, Exception e) {
+        receiveMemoryFallbacks.increment();
+        if (warnedReceiveMemory.compareAndSet(false, true)) {
+            LOG.warn("this executor cannot get memory for receive buffers ({}); {} shuffle blocks of the task, and "
+                    + "those of later tasks that meet the same, are fetched through Spark's own shuffle path. Raise "
+                    + "the locked-memory limit (ulimit -l), vm.max_map_count or -XX:MaxDirectMemorySize, or lower "
+                    + "spark.shuffle.rdma.pool.chunkSize", e == null ? "?" : e.getMessage(), blocks, e);
+        } else {
+            LOG.debug("receive buffers unavailable; {} blocks fetched through Spark's path", blocks, e);
+        }
+    }
+
     void noteSparkPath(String peerExecutorId, String why) {
         if (sparkPathPeers.add(peerExecutorId)) {
             LOG.warn("reading shuffle blocks of executor {} through Spark's own shuffle path: {}", peerExecutorId, why);
@@ -250,7 +270,7 @@ final class ExecutorRuntime implements AutoCloseable {
     RdmaShuffleManager.ExecutorStats stats() {
         return new RdmaShuffleManager.ExecutorStats(executorId, node.stats(), pool.stats(), List.copyOf(tables.keySet()),
                 registeredOutputBytes(), controlBytesRead.sum(), unregisteredOutputs.sum(),
-                unregisteredOutputBytes.sum());
+                unregisteredOutputBytes.sum(), receiveMemoryFallbacks.sum());
     }
 
     @Override

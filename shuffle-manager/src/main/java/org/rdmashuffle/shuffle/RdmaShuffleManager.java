@@ -53,10 +53,13 @@ public final class RdmaShuffleManager implements ShuffleManager {
      * @param unregisteredOutputs map outputs it left to Spark's own path (past its registration cap, or
      *     registering failed), since it started
      * @param unregisteredOutputBytes their bytes
+     * @param receiveMemoryFallbacks reduce tasks that fetched blocks through Spark's path because this
+     *     executor could not allocate or register memory for receive buffers, since it started
      */
     public record ExecutorStats(String executorId, NodeStats node, BufferPoolStats pool, List<Integer> shuffles,
                                 long registeredOutputBytes, long controlBytesRead, long unregisteredOutputs,
-                                long unregisteredOutputBytes) implements java.io.Serializable {
+                                long unregisteredOutputBytes, long receiveMemoryFallbacks)
+            implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
     }
 

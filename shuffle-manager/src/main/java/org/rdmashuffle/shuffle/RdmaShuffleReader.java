@@ -22,6 +22,7 @@ import org.apache.spark.storage.ShuffleBlockId;
 import org.apache.spark.util.TaskCompletionListener;
 import org.apache.spark.util.collection.ExternalSorter;
 import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.pool.BufferPoolException;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RegionDescriptor;
 import org.rdmashuffle.transport.TransportException;
@@ -195,6 +196,13 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
 
         /** Spark's own fetcher over blocks that are not READ, or null. */
         private Iterator<Tuple2<BlockId, InputStream>> sparkBlocks;
+        /**
+         * Requests added to the fetcher that it has not handed out yet: what goes to Spark's path when
+         * this executor's receive buffers cannot be had (see {@link #readRestThroughSpark}).
+         */
+        private final java.util.Set<BlockFetcher.Request> pending = new java.util.LinkedHashSet<>();
+        /** Set once the READs were given up for want of receive memory: the fetcher is closed. */
+        private boolean readsAbandoned;
         /** Blocks whose serving executor left them unregistered, found while READing: fetched by Spark's path last. */
         private Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> unregistered = new LinkedHashMap<>();
         private InputStream sparkStream;
@@ -216,7 +224,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 BlockFetcher.Request r = new BlockFetcher.Request(o.peer(), tables.get(o.address()), o.mapIndex(),
                         o.blockId().mapId(), o.blockId().reduceId(), o.blockId().reduceId() + 1, expected);
                 origins.put(r, o);
-                fetcher.add(r);
+                addToFetcher(r);
             }
             if (!viaSpark.isEmpty()) {
                 sparkBlocks = SparkInterop.fetchThroughSpark(context, viaSpark, metrics); // fetching starts now
@@ -228,9 +236,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             while (current == null || !current.hasNext()) {
                 releaseCurrent();
                 if (nextLocal < local.size()) {
-                    fetcher.progress(); // post the remote blocks' next READs between local ones
+                    progressFetcher(); // post the remote blocks' next READs between local ones
                     current = openLocal(local.get(nextLocal++));
-                } else if (fetcher.outstanding() > 0) {
+                } else if (!readsAbandoned && fetcher.outstanding() > 0) {
                     // READ blocks first: their buffers are the executor's shared pool, while Spark's
                     // fetcher (started at once) holds its own memory until its blocks are taken
                     current = nextRemote(); // null for a block its executor left unregistered
@@ -255,11 +263,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 throw new NoSuchElementException();
             }
             metrics.incRecordsRead(1);
-            if (localStream != null && (fetcher.hasLanded() || ++localRecords == LOCAL_RECORDS_PER_PROGRESS)) {
+            if (localStream != null && !readsAbandoned
+                    && (fetcher.hasLanded() || ++localRecords == LOCAL_RECORDS_PER_PROGRESS)) {
                 // A large local block must not hold back the remote ones' next READs (slot, metadata, data):
                 // take up what landed at once, and look for freed pool room now and then. No allocation.
                 localRecords = 0;
-                fetcher.progress();
+                progressFetcher();
             }
             return current.next();
         }
@@ -285,6 +294,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 long t0 = System.nanoTime();
                 try {
                     block = fetcher.next();
+                } catch (BufferPoolException e) {
+                    readRestThroughSpark(e);
+                    return null;
                 } catch (FetchFailure f) { // the peer's fault; this executor's own (e.g. BufferPoolException) passes
                     Origin o = blame(f);
                     rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
@@ -297,6 +309,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 }
                 BlockFetcher.Request r = block.request();
                 Origin o = origins.get(r);
+                pending.remove(r);
                 if (block.unregistered()) {
                     releaseCurrent();
                     rt.noteSparkPath(o.address().executorId(), "it left map outputs unregistered (see its log)");
@@ -318,7 +331,10 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     // as Spark's reader: the bytes may have been damaged on the way, READ them once more
                     LOG.warn("block {} from {} is corrupt ({}); reading it again", o.blockId(), o.address(),
                             e.toString());
-                    fetcher.add(r);
+                    addToFetcher(r);
+                    if (readsAbandoned) {
+                        return null;
+                    }
                 }
             }
         }
@@ -394,6 +410,54 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     throw corrupt(e);
                 }
             }
+        }
+
+        private void addToFetcher(BlockFetcher.Request r) {
+            pending.add(r);
+            if (readsAbandoned) {
+                readRestThroughSpark(null);
+                return;
+            }
+            try {
+                fetcher.add(r);
+            } catch (BufferPoolException e) {
+                readRestThroughSpark(e);
+            }
+        }
+
+        private void progressFetcher() {
+            if (readsAbandoned) {
+                return;
+            }
+            try {
+                fetcher.progress();
+            } catch (BufferPoolException e) {
+                readRestThroughSpark(e);
+            }
+        }
+
+        /**
+         * When this executor cannot get memory for receive buffers — allocating or registering it failed
+         * (a locked-memory or mapping limit of the host, direct memory) — the blocks not yet READ are
+         * fetched through Spark's path instead, after the ones already taken: the serving executors'
+         * files are Spark's, so nothing is lost and no peer is blamed. Other pool trouble (at its own
+         * cap past the acquire timeout, interrupted) fails the task as before. {@code e} null: the
+         * READs were given up already and new requests follow the rest.
+         */
+        private void readRestThroughSpark(BufferPoolException e) {
+            if (e != null && !e.memoryUnavailable()) {
+                throw e;
+            }
+            if (!readsAbandoned) {
+                readsAbandoned = true;
+                fetcher.close(); // buffers of READs still in flight come back as they land
+                rt.noteReceiveMemoryUnavailable(pending.size(), e);
+            }
+            for (BlockFetcher.Request r : pending) {
+                Origin o = origins.get(r);
+                unregistered.computeIfAbsent(o.address(), a -> new ArrayList<>()).add(o.tracked());
+            }
+            pending.clear();
         }
 
         /** The origin a failure names, else that of the oldest block still outstanding. */

@@ -6,10 +6,13 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
+import java.lang.ref.Reference;
 import java.net.ServerSocket;
 import java.util.List;
 import java.util.Map;
+import org.apache.spark.HashPartitioner;
 import org.apache.spark.SparkConf;
+import org.apache.spark.api.java.JavaPairRDD;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
@@ -34,13 +37,46 @@ class RdmaShuffleSparkPathTest {
 
     @Test
     @Timeout(300)
+    void shouldFetchEveryBlockThroughSparksPathWhenReducersCannotGetMemoryForReceiveBuffers() {
+        // Executors limited to 256 MiB of direct memory (Spark wants 200 MiB for its own fetches) and a
+        // pool that allocates 512 MiB at once: no receive buffer can be had, as under a small
+        // locked-memory limit with a verbs device.
+        SparkConf conf = LocalCluster.conf(true)
+                .set("spark.executor.extraJavaOptions", "-XX:MaxDirectMemorySize=256m")
+                .set("spark.shuffle.rdma.pool.chunkSize", "512m")
+                .set("spark.shuffle.rdma.localBlocksFromDisk", "false"); // own outputs too: READ or Spark's path
+        try (LocalCluster cluster = new LocalCluster(conf)) {
+            // Held until the probes are taken: a collected RDD lets Spark's ContextCleaner remove the shuffle.
+            JavaPairRDD<Integer, byte[]> shuffled = RdmaShuffleTaskEndTest.records(cluster.sc)
+                    .partitionBy(new HashPartitioner(48));
+            List<String> got = RdmaShuffleTaskEndTest.digests(shuffled);
+            cluster.drainEvents();
+            assertEquals(expected, got);
+            assertEquals(List.of(), cluster.recorder.fetchFailures, "a peer was blamed for this executor's memory");
+            long fallbacks = 0;
+            for (LocalCluster.ExecutorProbe p : cluster.probe().values()) {
+                RdmaShuffleManager.ExecutorStats s = p.stats();
+                assertEquals(0, s.pool().registeredBytes(), "a pool chunk was registered after all: " + s);
+                assertTrue(s.registeredOutputBytes() > 0, "outputs were not registered, nothing to READ: " + s);
+                fallbacks += s.receiveMemoryFallbacks();
+            }
+            assertTrue(fallbacks > 0, "no reducer fell back to Spark's path");
+            Reference.reachabilityFence(shuffled);
+        }
+    }
+
+    @Test
+    @Timeout(300)
     void shouldFetchOutputsPastTheRegistrationCapThroughSparksPathAndCountThem() {
         // 16 map outputs of about 1.4 MB: each executor registers two and leaves the rest to Spark's path.
         SparkConf conf = LocalCluster.conf(true)
                 .set("spark.shuffle.rdma.maxRegisteredOutputBytes", "3m")
                 .set("spark.shuffle.rdma.localBlocksFromDisk", "false"); // own outputs too: READ or Spark's path
         try (LocalCluster cluster = new LocalCluster(conf)) {
-            List<String> got = RdmaShuffleTaskEndTest.digests(cluster.sc);
+            // Held until the probes are taken: a collected RDD lets Spark's ContextCleaner remove the shuffle.
+            JavaPairRDD<Integer, byte[]> shuffled = RdmaShuffleTaskEndTest.records(cluster.sc)
+                    .partitionBy(new HashPartitioner(48));
+            List<String> got = RdmaShuffleTaskEndTest.digests(shuffled);
             cluster.drainEvents();
             assertEquals(expected, got);
             assertEquals(List.of(), cluster.recorder.fetchFailures);
@@ -58,6 +94,7 @@ class RdmaShuffleSparkPathTest {
             assertTrue(unregistered > 0, "no output was left to Spark's path");
             assertTrue(unregistered < 16, "every output was left to Spark's path");
             assertTrue(registered > 0 && readOverTransport > 0, "nothing was READ: " + probes);
+            Reference.reachabilityFence(shuffled);
         }
     }
 
@@ -74,7 +111,10 @@ class RdmaShuffleSparkPathTest {
                 .set("spark.shuffle.rdma.port.maxRetries", "0")
                 .set("spark.shuffle.rdma.localBlocksFromDisk", "false");
         try (LocalCluster cluster = new LocalCluster(conf)) {
-            List<String> got = RdmaShuffleTaskEndTest.digests(cluster.sc);
+            // Held until the probes are taken: a collected RDD lets Spark's ContextCleaner remove the shuffle.
+            JavaPairRDD<Integer, byte[]> shuffled = RdmaShuffleTaskEndTest.records(cluster.sc)
+                    .partitionBy(new HashPartitioner(48));
+            List<String> got = RdmaShuffleTaskEndTest.digests(shuffled);
             cluster.drainEvents();
             assertEquals(expected, got);
             assertEquals(List.of(), cluster.recorder.fetchFailures);
@@ -89,6 +129,7 @@ class RdmaShuffleSparkPathTest {
                     assertNull(p.stats());
                 }
             }
+            Reference.reachabilityFence(shuffled);
         }
     }
 }
