@@ -2,24 +2,25 @@
 # The verbs provider on a real iWARP stack (SoftiWARP) and on Soft-RoCE, on a machine whose kernel has
 # no RDMA: boots Debian's own kernel in QEMU (software emulation), with siw and rxe loaded, and runs
 # there the transport contract suite over siw and over rxe, a READ throughput run next to ib_read_bw,
-# and a small Spark job with provider=verbs checked against Spark's sort shuffle. Around the contract runs
+# and a small Spark job with provider=verbs checked against Spark's sort shuffle (also under a small
+# locked-memory limit, ulimit -l VERBS_VM_LIMIT_KB, 8192). Around the contract runs
 # kprobes show the connection parameters the kernel applied to the provider's queue pairs (qp-params lines).
 #
-#   LIBDISNI_DIR=/dir/with/libdisni.so benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark"]
+#   LIBDISNI_DIR=/dir/with/libdisni.so benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark limits"]
 #
 # libdisni is in no package registry: build it from DiSNI's source (docs/verbs.md says how) outside
 # this repository. Needs root (apt-get, QEMU). Everything it downloads or builds is cached under
 # target/verbs-vm (VERBS_VM_WORK), so a second run only builds the project and boots. Settings:
 # VERBS_VM_KERNEL (Debian kernel ABI, default: the one matching linux-source-6.1), VERBS_VM_MEM (6G),
-# VERBS_VM_TIMEOUT (seconds, 3600), VERBS_VM_SPARK_ARGS, VERBS_VM_READ_ITERS (64 KiB READs per size, 20000).
+# VERBS_VM_TIMEOUT (seconds, 3600), VERBS_VM_SPARK_ARGS, VERBS_VM_READ_ITERS (64 KiB READs per size, 20000), VERBS_VM_LIMIT_KB.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-parts="bench siw rxe spark"
+parts="bench siw rxe spark limits"
 while [ $# -gt 0 ]; do
   case $1 in
     --parts) parts=$2; shift 2 ;;
-    *) echo "usage: LIBDISNI_DIR=<dir> $0 [--parts \"bench siw rxe spark\"]" >&2; exit 2 ;;
+    *) echo "usage: LIBDISNI_DIR=<dir> $0 [--parts \"bench siw rxe spark limits\"]" >&2; exit 2 ;;
   esac
 done
 if [ -z "${LIBDISNI_DIR:-}" ] || [ ! -f "$LIBDISNI_DIR/libdisni.so" ]; then
@@ -136,6 +137,7 @@ CONSOLE='$console'
 PARTS='$parts'
 SPARK_ARGS='${VERBS_VM_SPARK_ARGS:---records 200000 --partitions 4 --rounds 1}'
 READ_ITERS='${VERBS_VM_READ_ITERS:-20000}'
+LIMIT_KB='${VERBS_VM_LIMIT_KB:-8192}'
 ENV
 : > "$out/summary.txt"
 cp "$offsets" "$out/qp-offsets.env"
