@@ -41,7 +41,7 @@ for mode in shuffles apps; do
     echo "[soak $(date +%H:%M:%S)] $mode x$count, $m"
     # One local directory for the driver and the executors, so that what is left in it is ours to count.
     SPARK_LOCAL_DIRS="$out/local" RDMA_SKIP_BUILD=1 RDMA_MAIN_CLASS=SoakJob "$root/examples/run-main-job.sh" \
-      --manager "$m" --mode $mode --count "$count" --records "$records" --out "$out" "${extra[@]}" \
+      --manager "$m" --mode $mode --count "$count" --records "$records" --out "$out" ${extra[@]+"${extra[@]}"} \
       > "$out/$mode-$m.log" 2>&1 || { echo "  failed (exit $?); see $out/$mode-$m.log"; status=1; }
     grep '^soak ' "$out/$mode-$m.log" || true
   done
@@ -55,8 +55,8 @@ def rows(name):
 def marks(n):
     return sorted({1, *[k for k in (10, 25, 50, 100, 150, 200, 300, 500) if k < n], n})
 lines = ["## One application, shuffles cleaned by the ContextCleaner (per executor, worst of the executors)", "",
-         "| manager | after shuffle | registered output bytes | output tables | shuffle files | mappings of them | open fds | threads (Spark's storage pool apart) | storage-pool threads | direct MiB | shuffle ms |",
-         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+         "| manager | after shuffle | registered output bytes | output tables | shuffle files | mappings of them | open fds | threads (Spark's storage pool apart) | storage-pool threads | direct MiB | shuffle ms | READs so far | to Spark's path |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 for m in ("sort", "rdma"):
     r = rows("soak-shuffles-%s.csv" % m)
     if not r:
@@ -65,9 +65,12 @@ for m in ("sort", "rdma"):
     for k in marks(n):
         at = [x for x in r if int(x["shuffle"]) == k]
         mx = lambda f: max(int(x[f]) for x in at)
-        lines.append("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %.1f | %d |" % (
+        pool = max(int(x["threads"]) - int(x["otherThreads"]) for x in at)
+        total = lambda f: sum(int(x.get(f) or 0) for x in at)
+        lines.append("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %.1f | %d | %d | %d |" % (
             m, k, mx("registeredOutputBytes"), mx("tables"), mx("shuffleFiles"), mx("shuffleMappings"),
-            mx("openFds"), mx("otherThreads"), mx("threads") - mx("otherThreads"), mx("directBytes") / 2**20, mx("jobMs")))
+            mx("openFds"), mx("otherThreads"), pool, mx("directBytes") / 2**20, mx("jobMs"),
+            total("readsCompleted"), total("sparkPathFallbacks")))
 lines += ["", "## Applications in a row in one driver JVM", "",
           "| manager | after application | executors' registered output bytes | executors' shuffle files | driver open fds | driver threads | driver direct MiB | local dirs left | app ms |",
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -70,12 +70,22 @@ public final class BufferPool implements AutoCloseable {
     private long retiredAcquiredBytes;
     private long retiredReleasedBytes;
     private long registeredBytes;
+    /**
+     * What the host let the pool register when it last refused more (allocation or registration
+     * failed), used as the cap until {@link #hostLimitUntilNanos}; then the pool tries again.
+     */
+    private long hostLimitBytes = Long.MAX_VALUE;
+    private long hostLimitUntilNanos;
+    private BufferPoolException hostRefusal;
+    /** How long a refusal of the host stands before the pool asks for more memory again. */
+    static final long HOST_LIMIT_HOLD_NANOS = TimeUnit.SECONDS.toNanos(10);
     private long registrations;
     private long deregistrations;
     private long sharedHits;
     private long misses;
     private long waits;
     private long timeouts;
+    private long hostRefusals;
     private long leaksDetected;
     private long leakedBytes;
 
@@ -218,8 +228,13 @@ public final class BufferPool implements AutoCloseable {
                         return b;
                     }
                     if (makeRoom(options.chunkBytes())) {
+                        try {
+                            registerChunk(cls);
+                        } catch (BufferPoolException e) {
+                            hostRefused(e);
+                            continue; // the host's limit is the cap now: reclaim, wait or give up as at the cap
+                        }
                         misses++;
-                        registerChunk(cls);
                         b = free[cls].pop();
                         b.chunk.outstanding++;
                         return b;
@@ -264,8 +279,14 @@ public final class BufferPool implements AutoCloseable {
                     ensureOpen();
                     pollLeaks();
                     if (makeRoom(sizeBytes)) {
+                        Chunk c;
+                        try {
+                            c = newChunk(-1, sizeBytes);
+                        } catch (BufferPoolException e) {
+                            hostRefused(e);
+                            continue;
+                        }
                         misses++;
-                        Chunk c = newChunk(-1, sizeBytes);
                         largeChunks.add(c);
                         RegisteredBuffer b = new RegisteredBuffer(this, c, -1, 0, sizeBytes);
                         c.outstanding = 1;
@@ -296,11 +317,37 @@ public final class BufferPool implements AutoCloseable {
         }
     }
 
+    /** Notes that the host refused more memory: what is registered now is the cap for a while. */
+    private void hostRefused(BufferPoolException e) {
+        if (!e.memoryUnavailable()) {
+            throw e;
+        }
+        hostLimitBytes = registeredBytes;
+        hostLimitUntilNanos = System.nanoTime() + HOST_LIMIT_HOLD_NANOS;
+        hostRefusal = e;
+        hostRefusals++;
+    }
+
+    /** The cap now: the configured one, or lower while a refusal of the host stands. */
+    private long effectiveCap() {
+        if (hostRefusal != null && System.nanoTime() - hostLimitUntilNanos >= 0) {
+            hostRefusal = null; // time to ask the host again
+            hostLimitBytes = Long.MAX_VALUE;
+        }
+        return Math.min(options.maxRegisteredBytes(), hostLimitBytes);
+    }
+
     /** Waits for a release until {@code deadline}; throws at the deadline. Called with the lock held. */
     private boolean awaitRelease(long deadline, long wantedBytes, boolean waitedBefore) {
         long left = deadline - System.nanoTime();
         if (left <= 0) {
             timeouts++;
+            if (hostRefusal != null) {
+                throw new BufferPoolException("no receive memory after waiting " + options.acquireTimeoutMs()
+                        + " ms: " + ByteSizes.format(wantedBytes) + " wanted, " + ByteSizes.format(registeredBytes)
+                        + " registered, all in use, and the host refused more: " + hostRefusal.getMessage(),
+                        hostRefusal.getCause(), true);
+            }
             throw new BufferPoolException("buffer pool exhausted: " + ByteSizes.format(wantedBytes)
                     + " wanted, " + ByteSizes.format(registeredBytes) + " of the cap "
                     + ByteSizes.format(options.maxRegisteredBytes()) + " registered and "
@@ -325,11 +372,12 @@ public final class BufferPool implements AutoCloseable {
      * empty chunks if needed. Called with the lock held.
      */
     private boolean makeRoom(long bytes) {
-        if (registeredBytes + bytes <= options.maxRegisteredBytes()) {
+        long cap = effectiveCap();
+        if (registeredBytes + bytes <= cap) {
             return true;
         }
         drainThreadCaches();
-        for (int i = chunks.size() - 1; i >= 0 && registeredBytes + bytes > options.maxRegisteredBytes(); i--) {
+        for (int i = chunks.size() - 1; i >= 0 && registeredBytes + bytes > cap; i--) {
             Chunk c = chunks.get(i);
             if (c.outstanding == 0) {
                 free[c.sizeClass].removeChunk(c);
@@ -337,7 +385,14 @@ public final class BufferPool implements AutoCloseable {
                 deregister(c);
             }
         }
-        return registeredBytes + bytes <= options.maxRegisteredBytes();
+        if (registeredBytes + bytes <= cap) {
+            return true;
+        }
+        if (hostRefusal != null && (bytes > cap || inUseBytesLocked() == 0)) {
+            // Under the host's limit and nothing to wait for: no release can ever make room.
+            throw new BufferPoolException(hostRefusal.getMessage(), hostRefusal.getCause(), true);
+        }
+        return false;
     }
 
     private void drainThreadCaches() {
@@ -386,14 +441,20 @@ public final class BufferPool implements AutoCloseable {
         try {
             memory = ByteBuffer.allocateDirect(bytes);
         } catch (OutOfMemoryError e) {
-            throw new BufferPoolException("cannot allocate " + ByteSizes.format(bytes)
-                    + " of direct memory (raise -XX:MaxDirectMemorySize)", e, true);
+            // The error's message, not the error: Spark kills an executor whose task failure has an
+            // OutOfMemoryError anywhere in its cause chain, and this one is the pool's to handle.
+            throw new BufferPoolException("cannot allocate " + ByteSizes.format(bytes) + " of direct memory ("
+                    + e.getMessage() + "; raise -XX:MaxDirectMemorySize)", null, true);
         }
         Registration reg;
         try {
             reg = registrar.register(memory);
-        } catch (IOException | RuntimeException e) {
+        } catch (IOException e) { // the host's or device's limits: see Registrar
+            DirectMemory.free(memory);
             throw new BufferPoolException("cannot register " + ByteSizes.format(bytes) + ": " + e.getMessage(), e, true);
+        } catch (RuntimeException e) {
+            DirectMemory.free(memory);
+            throw new BufferPoolException("cannot register " + ByteSizes.format(bytes) + ": " + e.getMessage(), e);
         }
         registrations++;
         registeredBytes += bytes;
@@ -556,7 +617,7 @@ public final class BufferPool implements AutoCloseable {
             }
             return new BufferPoolStats(registeredBytes, inUse - leakedBytes, acquires - releases - leaksDetected,
                     acquires, releases, cacheHits + sharedHits, cacheHits, misses, registrations, deregistrations,
-                    waits, timeouts, leaksDetected);
+                    waits, timeouts, leaksDetected, hostRefusals);
         } finally {
             lock.unlock();
         }

@@ -18,10 +18,12 @@ package org.rdmashuffle.pool;
  * @param waits acquires that had to wait at the cap
  * @param timeouts acquires that failed at the cap after waiting
  * @param leaksDetected buffers found dropped without release
+ * @param hostRefusals times the host refused the pool more memory (allocating or registering a chunk
+ *     failed); each makes what is registered the pool's cap for a while
  */
 public record BufferPoolStats(long registeredBytes, long inUseBytes, long inUseBuffers, long acquires, long releases,
                               long hits, long threadCacheHits, long misses, long registrations, long deregistrations,
-                              long waits, long timeouts, long leaksDetected) implements java.io.Serializable {
+                              long waits, long timeouts, long leaksDetected, long hostRefusals) implements java.io.Serializable {
     private static final long serialVersionUID = 1L;
 
 }

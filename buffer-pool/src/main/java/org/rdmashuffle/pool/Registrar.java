@@ -13,7 +13,10 @@ public interface Registrar {
     /**
      * Registers all of {@code memory} (a direct buffer, position 0, limit = capacity).
      *
-     * @throws IOException when the memory cannot be registered; the pool then fails the acquire
+     * @throws IOException when the host or the device refuses to register the memory (locked-memory
+     *     or mapping limits, a device's limits): the pool then treats what it has registered as its cap
+     *     for a while, and fails an acquire it cannot serve as {@link BufferPoolException#memoryUnavailable}
+     * @throws RuntimeException for anything else (e.g. the transport is closed): the acquire fails
      */
     Registration register(ByteBuffer memory) throws IOException;
 

@@ -398,8 +398,52 @@ class BufferPoolTest {
             assertTrue(e.getMessage().contains("device refused registration"), e.getMessage());
             assertTrue(e.memoryUnavailable(), "a refused registration is the host's memory trouble");
             assertEquals(0, pool.stats().registeredBytes());
-            registrar.fail = false;
-            pool.acquire(4096).release();
+            assertEquals(1, pool.stats().hostRefusals());
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldTakeBackIdleMemoryWhenTheHostRefusesMoreInsteadOfFailing() {
+        CountingRegistrar registrar = new CountingRegistrar();
+        registrar.limitBytes = 128 << 10; // one chunk, as a small ulimit -l would allow
+        try (BufferPool pool = new BufferPool(small("1m", "1s", "disabled"), registrar)) {
+            pool.acquire(4096).release(); // a 4k-class chunk, idle in this thread's cache
+            RegisteredBuffer big = pool.acquire(32 << 10); // refused at first: the idle chunk makes room
+            assertEquals(32 << 10, big.capacity());
+            assertEquals(1, pool.stats().hostRefusals());
+            assertEquals(128 << 10, pool.stats().registeredBytes());
+            // Everything registered is in use: no wait can help a try, a waiting acquire gives up as the host's trouble.
+            assertEquals(null, pool.tryAcquire(4096));
+            BufferPoolException e = assertThrows(BufferPoolException.class, () -> pool.acquire(4096));
+            assertTrue(e.memoryUnavailable(), e.getMessage());
+            assertTrue(e.getMessage().contains("locked-memory limit"), e.getMessage());
+            big.release();
+            pool.acquire(4096).release(); // the 32k chunk, idle now, gives way again
+            assertEquals(0, registrar.live.get() - 1);
+        }
+        assertEquals(0, registrar.live.get());
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldFailFastWithoutAllocatingAgainWhileTheHostsRefusalStands() {
+        CountingRegistrar registrar = new CountingRegistrar();
+        registrar.limitBytes = 0;
+        java.lang.management.BufferPoolMXBean direct = java.lang.management.ManagementFactory
+                .getPlatformMXBeans(java.lang.management.BufferPoolMXBean.class).stream()
+                .filter(b -> b.getName().equals("direct")).findFirst().orElseThrow();
+        long before = direct.getMemoryUsed();
+        try (BufferPool pool = new BufferPool(small("1m", "10s", "disabled"), registrar)) {
+            for (int i = 0; i < 20; i++) {
+                long t0 = System.nanoTime();
+                BufferPoolException e = assertThrows(BufferPoolException.class, () -> pool.acquire(4096));
+                assertTrue(e.memoryUnavailable(), e.getMessage());
+                assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(5), "waited for memory that cannot come");
+            }
+            assertEquals(1, registrar.calls.get(), "asked the host again while its refusal stands");
+            assertTrue(direct.getMemoryUsed() - before < 128 << 10, "refused memory kept: "
+                    + (direct.getMemoryUsed() - before) + " bytes");
         }
     }
 

@@ -11,11 +11,18 @@ final class CountingRegistrar implements Registrar {
     final AtomicLong liveBytes = new AtomicLong();
     final AtomicInteger doubleCloses = new AtomicInteger();
     volatile boolean fail;
+    /** Registered bytes past which it refuses, as a locked-memory limit does. */
+    volatile long limitBytes = Long.MAX_VALUE;
+    final AtomicInteger calls = new AtomicInteger();
 
     @Override
     public Registration register(ByteBuffer memory) throws IOException {
+        calls.incrementAndGet();
         if (fail) {
             throw new IOException("device refused registration");
+        }
+        if (liveBytes.get() + memory.capacity() > limitBytes) {
+            throw new IOException("cannot pin " + memory.capacity() + " bytes: locked-memory limit reached");
         }
         live.incrementAndGet();
         liveBytes.addAndGet(memory.capacity());

@@ -1,10 +1,12 @@
 package org.rdmashuffle.examples;
 
 import java.io.File;
+import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
@@ -51,7 +53,7 @@ public final class SoakJob {
 
     /** One executor's report. */
     record Probe(String executorId, long registeredOutputBytes, int tables, long registeredBytes, int shuffleFiles,
-                 ProcessResources resources) implements Serializable {
+                 long readsCompleted, long sparkPathFallbacks, ProcessResources resources) implements Serializable {
         private static final long serialVersionUID = 1L;
 
         static Probe take() {
@@ -63,13 +65,18 @@ public final class SoakJob {
             long outputs = 0;
             int tables = 0;
             long registered = 0;
+            long reads = 0;
+            long fallbacks = 0;
             if (env.shuffleManager() instanceof RdmaShuffleManager m && m.executorStats().isPresent()) {
                 RdmaShuffleManager.ExecutorStats s = m.executorStats().get();
                 outputs = s.registeredOutputBytes();
                 tables = s.shuffles().size();
                 registered = s.node().registeredBytes();
+                reads = s.node().readsCompleted();
+                fallbacks = s.unregisteredOutputs() + s.receiveMemoryFallbacks();
             }
-            return new Probe(env.executorId(), outputs, tables, registered, files, ProcessResources.sample());
+            return new Probe(env.executorId(), outputs, tables, registered, files, reads, fallbacks,
+                    ProcessResources.sample());
         }
 
         private static int countShuffleFiles(File f) {
@@ -118,7 +125,8 @@ public final class SoakJob {
         int wrong = 0;
         if (mode.equals("shuffles")) {
             rows.add("shuffle,executor,registeredOutputBytes,tables,registeredBytes,shuffleFiles,shuffleMappings,"
-                    + "openFds,threads,otherThreads,directBytes,jobMs");
+                    + "openFds,threads,otherThreads,directBytes,jobMs,readsCompleted,sparkPathFallbacks");
+            Files.write(csv, rows, StandardCharsets.UTF_8);
             try (JavaSparkContext sc = context(o, rdma, "shuffles")) {
                 for (int i = 0; i < count; i++) {
                     long t0 = System.currentTimeMillis();
@@ -127,10 +135,11 @@ public final class SoakJob {
                     wrong += r._2() ? 0 : 1;
                     awaitCleaned(sc, r._1());
                     for (Probe p : awaitExecutorsClean(sc, o).values()) {
-                        rows.add(String.format(Locale.ROOT, "%d,%s,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", i + 1, p.executorId(),
-                                p.registeredOutputBytes(), p.tables(), p.registeredBytes(), p.shuffleFiles(),
-                                p.resources().shuffleMappings(), p.resources().openFds(), p.resources().threads(),
-                                p.otherThreads(), p.resources().directBytes(), ms));
+                        append(csv, rows, String.format(Locale.ROOT, "%d,%s,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", i + 1,
+                                p.executorId(), p.registeredOutputBytes(), p.tables(), p.registeredBytes(),
+                                p.shuffleFiles(), p.resources().shuffleMappings(), p.resources().openFds(),
+                                p.resources().threads(), p.otherThreads(), p.resources().directBytes(), ms,
+                                p.readsCompleted(), p.sparkPathFallbacks()));
                     }
                     progress(i + 1, count, rows);
                 }
@@ -138,6 +147,7 @@ public final class SoakJob {
         } else {
             rows.add("app,executorsRegisteredOutputBytes,executorsShuffleFiles,driverOpenFds,driverThreads,"
                     + "driverDirectBytes,localDirsLeft,appMs");
+            Files.write(csv, rows, StandardCharsets.UTF_8);
             for (int i = 0; i < count; i++) {
                 long t0 = System.currentTimeMillis();
                 long outputs = 0;
@@ -154,15 +164,20 @@ public final class SoakJob {
                 long ms = System.currentTimeMillis() - t0;
                 System.gc();
                 ProcessResources driver = ProcessResources.sample();
-                rows.add(String.format(Locale.ROOT, "%d,%d,%d,%d,%d,%d,%d,%d", i + 1, outputs, files, driver.openFds(),
-                        driver.threads(), driver.directBytes(), localDirsLeft(), ms));
+                append(csv, rows, String.format(Locale.ROOT, "%d,%d,%d,%d,%d,%d,%d,%d", i + 1, outputs, files,
+                        driver.openFds(), driver.threads(), driver.directBytes(), localDirsLeft(), ms));
                 progress(i + 1, count, rows);
             }
         }
-        Files.write(csv, rows, StandardCharsets.UTF_8);
         System.out.println("soak " + mode + " " + (rdma ? "rdma" : "sort") + ": " + count + " "
                 + mode + ", " + wrong + " wrong; rows in " + csv);
         System.exit(wrong == 0 ? 0 : 3);
+    }
+
+    /** Adds a row and writes it at once, so that a run cut short keeps what it measured. */
+    private static void append(Path csv, List<String> rows, String row) throws IOException {
+        rows.add(row);
+        Files.writeString(csv, row + System.lineSeparator(), StandardCharsets.UTF_8, StandardOpenOption.APPEND);
     }
 
     private static void progress(int done, int count, List<String> rows) {

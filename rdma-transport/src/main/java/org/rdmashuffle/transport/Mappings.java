@@ -1,53 +1,23 @@
 package org.rdmashuffle.transport;
 
-import java.lang.reflect.Field;
-import java.lang.reflect.Method;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
+import org.rdmashuffle.pool.DirectMemory;
 
 /**
  * Memory for registered file ranges: maps (or copies) a range with its bounds checked, and unmaps at
  * once instead of waiting for the garbage collector. Shared by the providers.
  */
 public final class Mappings {
-    private static final Logger LOG = LoggerFactory.getLogger(Mappings.class);
-    private static final Object UNSAFE;
-    private static final Method INVOKE_CLEANER;
-
-    static {
-        Object unsafe = null;
-        Method m = null;
-        try {
-            Class<?> c = Class.forName("sun.misc.Unsafe");
-            Field f = c.getDeclaredField("theUnsafe");
-            f.setAccessible(true);
-            unsafe = f.get(null);
-            m = c.getMethod("invokeCleaner", ByteBuffer.class);
-        } catch (ReflectiveOperationException | RuntimeException e) {
-            LOG.info("explicit unmapping unavailable ({}); mappings are released by the garbage collector", e.toString());
-        }
-        UNSAFE = unsafe;
-        INVOKE_CLEANER = m;
-    }
-
     private Mappings() {
     }
 
     /** Releases {@code mapped}; it must not be touched afterwards. */
     public static void unmap(ByteBuffer mapped) {
-        if (INVOKE_CLEANER == null || !mapped.isDirect()) {
-            return;
-        }
-        try {
-            INVOKE_CLEANER.invoke(UNSAFE, mapped);
-        } catch (ReflectiveOperationException | RuntimeException e) {
-            LOG.warn("unmapping failed; left to the garbage collector", e);
-        }
+        DirectMemory.free(mapped);
     }
 
     /** How {@link #fileRange} provides a file's bytes. */

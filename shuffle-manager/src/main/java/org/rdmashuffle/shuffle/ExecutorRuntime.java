@@ -177,25 +177,25 @@ final class ExecutorRuntime implements AutoCloseable {
     }
 
     /**
-     * Logs, once per executor of this runtime's life and per {@code peerExecutorId}, that blocks of
-     * that peer are read through Spark's own path and why.
+     * A task could not get receive buffers (allocating or registering memory failed): its blocks not
+     * yet READ go through Spark's path. One WARN per executor, the rest at DEBUG; counted in the stats.
      */
-    /**
-     * A task could not get receive buffers (allocating or registering memory failed): its {@code blocks}
-     * not yet READ go through Spark's path. One WARN per executor, the rest at DEBUG; counted in the stats.
-     */
-    void noteReceiveMemoryUnavailable(int blocks, Exception e) {
+    void noteReceiveMemoryUnavailable(Exception e) {
         receiveMemoryFallbacks.increment();
         if (warnedReceiveMemory.compareAndSet(false, true)) {
-            LOG.warn("this executor cannot get memory for receive buffers ({}); {} shuffle blocks of the task, and "
-                    + "those of later tasks that meet the same, are fetched through Spark's own shuffle path. Raise "
-                    + "the locked-memory limit (ulimit -l), vm.max_map_count or -XX:MaxDirectMemorySize, or lower "
-                    + "spark.shuffle.rdma.pool.chunkSize", e == null ? "?" : e.getMessage(), blocks, e);
+            LOG.warn("this executor cannot get memory for receive buffers ({}); the shuffle blocks a task has not "
+                    + "READ yet when it meets this are fetched through Spark's own shuffle path. Raise the "
+                    + "locked-memory limit (ulimit -l), vm.max_map_count or -XX:MaxDirectMemorySize, or lower "
+                    + "spark.shuffle.rdma.pool.chunkSize", e == null ? "no cause" : e.getMessage(), e);
         } else {
-            LOG.debug("receive buffers unavailable; {} blocks fetched through Spark's path", blocks, e);
+            LOG.debug("receive buffers unavailable; a task's remaining blocks go through Spark's path", e);
         }
     }
 
+    /**
+     * Logs, once per executor of this runtime's life and per {@code peerExecutorId}, that blocks of
+     * that peer are read through Spark's own path and why.
+     */
     void noteSparkPath(String peerExecutorId, String why) {
         if (sparkPathPeers.add(peerExecutorId)) {
             LOG.warn("reading shuffle blocks of executor {} through Spark's own shuffle path: {}", peerExecutorId, why);

@@ -297,7 +297,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 } catch (BufferPoolException e) {
                     readRestThroughSpark(e);
                     return null;
-                } catch (FetchFailure f) { // the peer's fault; this executor's own (e.g. BufferPoolException) passes
+                } catch (FetchFailure f) { // the peer's fault; this executor's own is a BufferPoolException
                     Origin o = blame(f);
                     rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
                     throw fetchFailed(o, f);
@@ -441,23 +441,23 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
          * (a locked-memory or mapping limit of the host, direct memory) — the blocks not yet READ are
          * fetched through Spark's path instead, after the ones already taken: the serving executors'
          * files are Spark's, so nothing is lost and no peer is blamed. Other pool trouble (at its own
-         * cap past the acquire timeout, interrupted) fails the task as before. {@code e} null: the
-         * READs were given up already and new requests follow the rest.
+         * cap past the acquire timeout, interrupted), or {@code fallback=never}, fails the task.
+         * {@code e} null: the READs were given up already and new requests follow the rest.
          */
         private void readRestThroughSpark(BufferPoolException e) {
-            if (e != null && !e.memoryUnavailable()) {
+            if (e != null && (!e.memoryUnavailable() || rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER)) {
                 throw e;
-            }
-            if (!readsAbandoned) {
-                readsAbandoned = true;
-                fetcher.close(); // buffers of READs still in flight come back as they land
-                rt.noteReceiveMemoryUnavailable(pending.size(), e);
             }
             for (BlockFetcher.Request r : pending) {
                 Origin o = origins.get(r);
                 unregistered.computeIfAbsent(o.address(), a -> new ArrayList<>()).add(o.tracked());
             }
             pending.clear();
+            if (!readsAbandoned) {
+                readsAbandoned = true;
+                rt.noteReceiveMemoryUnavailable(e);
+                fetcher.close(); // buffers of READs still in flight come back as they land
+            }
         }
 
         /** The origin a failure names, else that of the oldest block still outstanding. */

@@ -3,6 +3,7 @@ package org.rdmashuffle.shuffle;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -62,6 +63,21 @@ class RdmaShuffleSparkPathTest {
             }
             assertTrue(fallbacks > 0, "no reducer fell back to Spark's path");
             Reference.reachabilityFence(shuffled);
+        }
+    }
+
+    @Test
+    @Timeout(300)
+    void shouldFailTheJobNamingTheMemoryWhenReducersCannotGetReceiveBuffersAndFallbackIsNever() {
+        SparkConf conf = LocalCluster.conf(true)
+                .set("spark.executor.extraJavaOptions", "-XX:MaxDirectMemorySize=256m")
+                .set("spark.shuffle.rdma.pool.chunkSize", "512m")
+                .set("spark.shuffle.rdma.fallback", "never")
+                .set("spark.task.maxFailures", "2")
+                .set("spark.shuffle.rdma.localBlocksFromDisk", "false");
+        try (LocalCluster cluster = new LocalCluster(conf)) {
+            Exception e = assertThrows(Exception.class, () -> RdmaShuffleTaskEndTest.digests(cluster.sc));
+            assertTrue(ShuffleJobs.messages(e).contains("cannot allocate"), ShuffleJobs.messages(e));
         }
     }
 

@@ -293,7 +293,12 @@ public final class TcpNode implements RdmaNode {
 
     @Override
     public Registrar sinkRegistrar() {
-        return memory -> register(memory, RegionAccess.READ_SINK);
+        return memory -> {
+            if (closed) { // not the host refusing memory (an IOException to the pool): the node is gone
+                throw new IllegalStateException("node " + address + " is closed");
+            }
+            return register(memory, RegionAccess.READ_SINK);
+        };
     }
 
     void countRead(int status, int len) {
