@@ -155,7 +155,8 @@ final class ExecutorRuntime implements AutoCloseable {
     private void leftToSpark(int shuffleId, int mapIndex, long bytes, String why, Exception cause) {
         String what = "map output " + mapIndex + " of shuffle " + shuffleId;
         if (conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
-            throw new IllegalStateException("cannot serve " + what + " for RDMA reads (fallback=never): " + why, cause);
+            throw new IllegalStateException("cannot serve " + what + " for RDMA reads (fallback=never): " + why,
+                    withoutErrors(cause));
         }
         unregisteredOutputs.increment();
         unregisteredOutputBytes.add(bytes);
@@ -165,6 +166,22 @@ final class ExecutorRuntime implements AutoCloseable {
         } else {
             LOG.debug("{} is left to Spark's own shuffle path: {}", what, why, cause);
         }
+    }
+
+    /**
+     * {@code cause}, or — when an {@link Error} is in its chain (a failed mapping carries the
+     * {@code OutOfMemoryError} of {@code vm.max_map_count}) — an exception with the chain's messages
+     * and none of its errors: Spark ends an executor whose task failed with an error anywhere in the
+     * chain, and a mapping limit is no reason to lose the executor's other outputs.
+     */
+    static Throwable withoutErrors(Throwable cause) {
+        StringBuilder chain = new StringBuilder();
+        boolean error = false;
+        for (Throwable t = cause; t != null; t = t.getCause()) {
+            error |= t instanceof Error;
+            chain.append(chain.length() == 0 ? "" : "; caused by ").append(t);
+        }
+        return error ? new IOException(chain.toString()) : cause;
     }
 
     /** Bytes of map outputs this executor holds registered now. */
