@@ -222,17 +222,21 @@ if wants limits; then
   for attempt in 1 2; do
     ( ulimit -l $LIMIT_KB && timeout 1200 "$ROOT/examples/run-main-job.sh" --master 'local[2]' $SPARK_ARGS \
       --conf spark.shuffle.rdma.provider=verbs --conf spark.shuffle.rdma.fallback=auto \
-      --conf spark.shuffle.rdma.localBlocksFromDisk=false --conf spark.shuffle.rdma.pool.chunkSize=4m \
-      --conf spark.shuffle.rdma.pool.maxBufferSize=1m --out /tmp/limits-out ) > /tmp/limits.log 2>&1
+      --conf spark.shuffle.rdma.localBlocksFromDisk=false --conf spark.shuffle.rdma.pool.chunkSize=512k \
+      --conf spark.shuffle.rdma.pool.maxBufferSize=256k --out /tmp/limits-out ) > /tmp/limits.log 2>&1
     rc=$?
     crashed /tmp/limits.log || break
     result "NOTE limits attempt $attempt: the JVM crashed under emulation; running it again"
   done
-  left=$(grep -c "left to Spark's own shuffle path\|cannot get memory for receive buffers" /tmp/limits.log)
+  outputs=$(grep -c "left to Spark's own shuffle path" /tmp/limits.log)
+  receive=$(grep -c "cannot get memory for receive buffers" /tmp/limits.log)
+  left=$((outputs + receive))
+  reads=$(grep -Eo 'verbs node [^ ]+ closed: [0-9]+ READs completed' /tmp/limits.log | grep -Eo '[0-9]+ READs' \
+          | grep -Eo '^[0-9]+' | paste -sd+ | bc)
   grep -m3 "left to Spark's own shuffle path\|cannot get memory for receive buffers" /tmp/limits.log | cut -c1-400
   grep -E 'identical|differ|verbs node .* closed' /tmp/limits.log | tail -5
   if [ $rc = 0 ] && grep -q 'results identical' /tmp/limits.log && [ "$left" -gt 0 ]; then
-    result "limits siw PASS (ulimit -l $LIMIT_KB KiB: job exit 0, results identical to sort shuffle, $left WARN lines of registrations left to Spark's path)"
+    result "limits siw PASS (ulimit -l $LIMIT_KB KiB: job exit 0, results identical to sort shuffle; WARN lines: $outputs map outputs left to Spark's path, $receive receive memory refused; ${reads:-0} READs over verbs)"
   else
     tail -40 /tmp/limits.log
     fail "limits siw rc=$rc, WARN lines $left"
