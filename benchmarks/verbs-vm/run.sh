@@ -3,7 +3,7 @@
 # no RDMA: boots Debian's own kernel in QEMU (software emulation), with siw and rxe loaded, and runs
 # there the transport contract suite over siw and over rxe, a READ throughput run next to ib_read_bw,
 # and a small Spark job with provider=verbs checked against Spark's sort shuffle (also under a small
-# locked-memory limit, ulimit -l VERBS_VM_LIMIT_KB, 2048). Around the contract runs
+# locked-memory limit, ulimit -l VERBS_VM_LIMIT_KB, 1024). Around the contract runs
 # kprobes show the connection parameters the kernel applied to the provider's queue pairs (qp-params lines).
 #
 #   LIBDISNI_DIR=/dir/with/libdisni.so benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark limits"]
@@ -137,7 +137,7 @@ CONSOLE='$console'
 PARTS='$parts'
 SPARK_ARGS='${VERBS_VM_SPARK_ARGS:---records 200000 --partitions 4 --rounds 1}'
 READ_ITERS='${VERBS_VM_READ_ITERS:-20000}'
-LIMIT_KB='${VERBS_VM_LIMIT_KB:-2048}'
+LIMIT_KB='${VERBS_VM_LIMIT_KB:-1024}'
 ENV
 : > "$out/summary.txt"
 cp "$offsets" "$out/qp-offsets.env"
