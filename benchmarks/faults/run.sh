@@ -253,27 +253,4 @@ for fault in $faults; do
   done
 done
 
-python3 - "$results" "$scratch/results.md" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-def med(v):
-    return statistics.median(v) if v else float("nan")
-out = ["| fault | manager | runs | correct | wrong | failed | median job (s) | median stage retries | median fault→job end (s) |",
-       "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-keys = []
-for r in rows:
-    k = (r["fault"], r.get("manager", "?"))
-    if k not in keys:
-        keys.append(k)
-for fault, manager in keys:
-    rs = [r for r in rows if r["fault"] == fault and r.get("manager") == manager]
-    ok = [r for r in rs if r["outcome"] == "correct"]
-    rec = [(r["endEpochMs"] - r["injectedEpochMs"]) / 1000 for r in rs if r.get("injectedEpochMs") and r.get("endEpochMs")]
-    out.append("| %s | %s | %d | %d | %d | %d | %.1f | %s | %s |" % (
-        fault, manager, len(rs), len(ok), sum(r["outcome"] == "wrong" for r in rs),
-        sum(r["outcome"] not in ("correct", "wrong") for r in rs), med([r["jobMs"] / 1000 for r in ok]),
-        med([r["stageRetries"] for r in rs]), "%.1f" % med(rec) if rec else "-"))
-text = "\n".join(out) + "\n"
-open(sys.argv[2], "w").write(text)
-print(text)
-PY
+python3 "$root/benchmarks/faults/table.py" "$results" "$scratch/results.md"
