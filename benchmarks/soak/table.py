@@ -27,17 +27,17 @@ for m in ("sort", "rdma"):
             mx("openFds"), mx("otherThreads"), pool, mx("directBytes") / 2**20, mx("jobMs"),
             total("readsCompleted"), total("sparkPathFallbacks")))
 lines += ["", "## Applications in a row in one driver JVM", "",
-          "| manager | after application | executors' registered output bytes | executors' shuffle files | driver open fds | driver threads | driver direct MiB | local dirs left | app ms |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+          "| manager | after application | executors' registered output bytes | executors' shuffle files | driver open fds | driver threads | driver direct MiB | local dirs left | app ms | executors' READs | to Spark's path |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 for m in ("sort", "rdma"):
     r = rows("soak-apps-%s.csv" % m)
     if not r:
         continue
     for k in marks(len(r)):
         x = r[k - 1]
-        lines.append("| %s | %d | %s | %s | %s | %s | %.1f | %s | %s |" % (m, k, x["executorsRegisteredOutputBytes"],
+        lines.append("| %s | %d | %s | %s | %s | %s | %.1f | %s | %s | %s | %s |" % (m, k, x["executorsRegisteredOutputBytes"],
             x["executorsShuffleFiles"], x["driverOpenFds"], x["driverThreads"], int(x["driverDirectBytes"]) / 2**20,
-            x["localDirsLeft"], x["appMs"]))
+            x["localDirsLeft"], x["appMs"], x.get("executorsReads") or "-", x.get("executorsSparkPathFallbacks") or "-"))
 text = "\n".join(lines) + "\n"
 open(os.path.join(out, "results.md"), "w").write(text)
 print(text)

@@ -146,12 +146,14 @@ public final class SoakJob {
             }
         } else {
             rows.add("app,executorsRegisteredOutputBytes,executorsShuffleFiles,driverOpenFds,driverThreads,"
-                    + "driverDirectBytes,localDirsLeft,appMs");
+                    + "driverDirectBytes,localDirsLeft,appMs,executorsReads,executorsSparkPathFallbacks");
             Files.write(csv, rows, StandardCharsets.UTF_8);
             for (int i = 0; i < count; i++) {
                 long t0 = System.currentTimeMillis();
                 long outputs = 0;
                 int files = 0;
+                long reads = 0;
+                long fallbacks = 0;
                 try (JavaSparkContext sc = context(o, rdma, "apps-" + (i + 1))) {
                     Tuple2<Integer, Boolean> r = shuffleOnce(sc, records, expected);
                     wrong += r._2() ? 0 : 1;
@@ -159,13 +161,16 @@ public final class SoakJob {
                     for (Probe p : awaitExecutorsClean(sc, o).values()) {
                         outputs += p.registeredOutputBytes();
                         files += p.shuffleFiles();
+                        reads += p.readsCompleted();
+                        fallbacks += p.sparkPathFallbacks();
                     }
                 }
                 long ms = System.currentTimeMillis() - t0;
                 System.gc();
                 ProcessResources driver = ProcessResources.sample();
-                append(csv, rows, String.format(Locale.ROOT, "%d,%d,%d,%d,%d,%d,%d,%d", i + 1, outputs, files,
-                        driver.openFds(), driver.threads(), driver.directBytes(), localDirsLeft(), ms));
+                append(csv, rows, String.format(Locale.ROOT, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", i + 1, outputs, files,
+                        driver.openFds(), driver.threads(), driver.directBytes(), localDirsLeft(), ms, reads,
+                        fallbacks));
                 progress(i + 1, count, rows);
             }
         }
