@@ -36,6 +36,21 @@ class RdmaShuffleSparkPathTest {
         }
     }
 
+    /**
+     * Shuffles the test records and asserts every record arrived as on the sort shuffle, with no fetch
+     * failure. The caller holds the RDD until its probes are taken: a collected RDD lets Spark's
+     * ContextCleaner remove the shuffle first.
+     */
+    private JavaPairRDD<Integer, byte[]> shuffleAndCheck(LocalCluster cluster) {
+        JavaPairRDD<Integer, byte[]> shuffled = RdmaShuffleTaskEndTest.records(cluster.sc)
+                .partitionBy(new HashPartitioner(48));
+        List<String> got = RdmaShuffleTaskEndTest.digests(shuffled);
+        cluster.drainEvents();
+        assertEquals(expected, got);
+        assertEquals(List.of(), cluster.recorder.fetchFailures, "no peer is to blame");
+        return shuffled;
+    }
+
     @Test
     @Timeout(300)
     void shouldFetchEveryBlockThroughSparksPathWhenReducersCannotGetMemoryForReceiveBuffers() {
@@ -47,13 +62,7 @@ class RdmaShuffleSparkPathTest {
                 .set("spark.shuffle.rdma.pool.chunkSize", "512m")
                 .set("spark.shuffle.rdma.localBlocksFromDisk", "false"); // own outputs too: READ or Spark's path
         try (LocalCluster cluster = new LocalCluster(conf)) {
-            // Held until the probes are taken: a collected RDD lets Spark's ContextCleaner remove the shuffle.
-            JavaPairRDD<Integer, byte[]> shuffled = RdmaShuffleTaskEndTest.records(cluster.sc)
-                    .partitionBy(new HashPartitioner(48));
-            List<String> got = RdmaShuffleTaskEndTest.digests(shuffled);
-            cluster.drainEvents();
-            assertEquals(expected, got);
-            assertEquals(List.of(), cluster.recorder.fetchFailures, "a peer was blamed for this executor's memory");
+            JavaPairRDD<Integer, byte[]> shuffled = shuffleAndCheck(cluster); // held until probed
             long fallbacks = 0;
             for (LocalCluster.ExecutorProbe p : cluster.probe().values()) {
                 RdmaShuffleManager.ExecutorStats s = p.stats();
@@ -89,13 +98,7 @@ class RdmaShuffleSparkPathTest {
                 .set("spark.shuffle.rdma.maxRegisteredOutputBytes", "3m")
                 .set("spark.shuffle.rdma.localBlocksFromDisk", "false"); // own outputs too: READ or Spark's path
         try (LocalCluster cluster = new LocalCluster(conf)) {
-            // Held until the probes are taken: a collected RDD lets Spark's ContextCleaner remove the shuffle.
-            JavaPairRDD<Integer, byte[]> shuffled = RdmaShuffleTaskEndTest.records(cluster.sc)
-                    .partitionBy(new HashPartitioner(48));
-            List<String> got = RdmaShuffleTaskEndTest.digests(shuffled);
-            cluster.drainEvents();
-            assertEquals(expected, got);
-            assertEquals(List.of(), cluster.recorder.fetchFailures);
+            JavaPairRDD<Integer, byte[]> shuffled = shuffleAndCheck(cluster); // held until probed
             Map<String, LocalCluster.ExecutorProbe> probes = cluster.probe();
             long unregistered = 0;
             long registered = 0;
@@ -127,13 +130,7 @@ class RdmaShuffleSparkPathTest {
                 .set("spark.shuffle.rdma.port.maxRetries", "0")
                 .set("spark.shuffle.rdma.localBlocksFromDisk", "false");
         try (LocalCluster cluster = new LocalCluster(conf)) {
-            // Held until the probes are taken: a collected RDD lets Spark's ContextCleaner remove the shuffle.
-            JavaPairRDD<Integer, byte[]> shuffled = RdmaShuffleTaskEndTest.records(cluster.sc)
-                    .partitionBy(new HashPartitioner(48));
-            List<String> got = RdmaShuffleTaskEndTest.digests(shuffled);
-            cluster.drainEvents();
-            assertEquals(expected, got);
-            assertEquals(List.of(), cluster.recorder.fetchFailures);
+            JavaPairRDD<Integer, byte[]> shuffled = shuffleAndCheck(cluster); // held until probed
             Map<String, LocalCluster.ExecutorProbe> probes = cluster.probe();
             long withTransport = probes.values().stream().filter(p -> p.stats() != null).count();
             assertEquals(1, withTransport, "expected exactly one executor with a transport: " + probes);
