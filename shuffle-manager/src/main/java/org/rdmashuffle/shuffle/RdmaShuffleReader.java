@@ -196,11 +196,6 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
 
         /** Spark's own fetcher over blocks that are not READ, or null. */
         private Iterator<Tuple2<BlockId, InputStream>> sparkBlocks;
-        /**
-         * Requests added to the fetcher that it has not handed out yet: what goes to Spark's path when
-         * this executor's receive buffers cannot be had (see {@link #readRestThroughSpark}).
-         */
-        private final java.util.Set<BlockFetcher.Request> pending = new java.util.LinkedHashSet<>();
         /** Set once the READs were given up for want of receive memory: the fetcher is closed. */
         private boolean readsAbandoned;
         /** Blocks whose serving executor left them unregistered, found while READing: fetched by Spark's path last. */
@@ -308,8 +303,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     metrics.incFetchWaitTime(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0));
                 }
                 BlockFetcher.Request r = block.request();
-                Origin o = origins.get(r);
-                pending.remove(r);
+                Origin o = origins.remove(r); // handed out: origins keeps only the requests still to come
                 if (block.unregistered()) {
                     releaseCurrent();
                     rt.noteSparkPath(o.address().executorId(), "it left map outputs unregistered (see its log)");
@@ -331,6 +325,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     // as Spark's reader: the bytes may have been damaged on the way, READ them once more
                     LOG.warn("block {} from {} is corrupt ({}); reading it again", o.blockId(), o.address(),
                             e.toString());
+                    origins.put(r, o);
                     addToFetcher(r);
                     if (readsAbandoned) {
                         return null;
@@ -413,7 +408,6 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         }
 
         private void addToFetcher(BlockFetcher.Request r) {
-            pending.add(r);
             if (readsAbandoned) {
                 readRestThroughSpark(null);
                 return;
@@ -448,11 +442,10 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             if (e != null && (!e.memoryUnavailable() || rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER)) {
                 throw e;
             }
-            for (BlockFetcher.Request r : pending) {
-                Origin o = origins.get(r);
+            for (Origin o : origins.values()) { // every request the fetcher has not handed out
                 unregistered.computeIfAbsent(o.address(), a -> new ArrayList<>()).add(o.tracked());
             }
-            pending.clear();
+            origins.clear();
             if (!readsAbandoned) {
                 readsAbandoned = true;
                 rt.noteReceiveMemoryUnavailable(e);
@@ -460,7 +453,10 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             }
         }
 
-        /** The origin a failure names, else that of the oldest block still outstanding. */
+        /**
+         * The origin a failure names, else that of the oldest block still outstanding. A failure is a
+         * result for a request not handed out yet, so {@code origins} still holds it (never empty here).
+         */
         private Origin blame(FetchFailure f) {
             Origin o = f.request() == null ? null : origins.get(f.request());
             if (o == null) {
