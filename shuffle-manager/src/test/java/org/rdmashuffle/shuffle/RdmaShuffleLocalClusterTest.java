@@ -382,6 +382,11 @@ class RdmaShuffleLocalClusterTest {
     @Order(10)
     @Timeout(300)
     void shouldLeaveNoRegistrationsBuffersOrFilesWhenShufflesAreUnregistered() throws InterruptedException {
+        // A shuffle of its own, held until cleaned: Spark's ContextCleaner may already have cleaned
+        // every shuffle of the earlier tests (their RDDs were dropped and collected).
+        org.apache.spark.api.java.JavaPairRDD<Integer, Iterable<String>> held =
+                ShuffleJobs.pairs(cluster.sc, 20_000, 4, 500).groupByKey(4);
+        assertEquals(500, held.count());
         Set<Integer> shuffles = new TreeSet<>();
         for (LocalCluster.ExecutorProbe p : cluster.probe().values()) {
             shuffles.addAll(p.stats().shuffles());
@@ -417,5 +422,6 @@ class RdmaShuffleLocalClusterTest {
             assertEquals(0, s.pool().inUseBuffers(), p.executorId() + ": receive buffers not returned: " + s);
             assertEquals(List.of(), p.shuffleFiles(), p.executorId() + ": shuffle files left on disk");
         }
+        java.lang.ref.Reference.reachabilityFence(held);
     }
 }
