@@ -12,9 +12,17 @@ package org.rdmashuffle.transport;
  * @param registeredRegions regions registered now
  * @param registeredBytes bytes those regions cover
  * @param openChannels channels this node opened that are open now
+ * @param readsPosted READs this node posted (completed, failed or still in flight)
+ * @param channelsOpened channels this node opened to peers since it started
+ * @param reconnects connections opened again to a peer this node had been connected to before (a
+ *     channel that failed or went idle, or a queue pair replaced after an error)
+ * @param connectionsRefused connections from peers this node refused (past a limit, failed handshake or
+ *     authentication, queue pairs no authenticated peer announced)
  */
 public record NodeStats(long readsCompleted, long readsFailed, long bytesRead, long readsServed, long readsRefused,
-                        long bytesServed, int registeredRegions, long registeredBytes, int openChannels) implements java.io.Serializable {
+                        long bytesServed, int registeredRegions, long registeredBytes, int openChannels,
+                        long readsPosted, long channelsOpened, long reconnects, long connectionsRefused)
+        implements java.io.Serializable {
     private static final long serialVersionUID = 1L;
 
 }

@@ -187,7 +187,12 @@ public abstract class TransportContractTest {
             assertSameBytes(content(), off, sinkMem, dstOff, len, "READ of " + len + " at " + off);
         }
         NodeStats s = client.stats();
+        assertEquals(lengths.size(), s.readsPosted());
         assertEquals(lengths.size(), s.readsCompleted());
+        assertEquals(0, s.readsFailed());
+        assertEquals(1, s.channelsOpened());
+        assertEquals(0, s.reconnects());
+        assertEquals(1, s.openChannels());
         assertEquals(lengths.stream().mapToLong(Integer::longValue).sum(), s.bytesRead());
         if (servingNodeCountsReads()) {
             assertEquals(s.bytesRead(), server.stats().bytesServed());
@@ -609,6 +614,9 @@ public abstract class TransportContractTest {
         RdmaNode none = open(fast, baseOptions());
         TransportException e2 = assertThrows(TransportException.class, () -> none.connect(authServer.localAddress()));
         assertTrue(e2.getMessage().contains("spark.authenticate"), e2.getMessage());
+        assertTrue(authServer.stats().connectionsRefused() >= 2,
+                "refused connections counted: " + authServer.stats().connectionsRefused());
+        assertEquals(0, good.stats().connectionsRefused());
     }
 
     @Test
@@ -627,6 +635,8 @@ public abstract class TransportContractTest {
         MemoryRegion sink = sink(client, 4096);
         assertEquals(ReadStatus.SUCCESS, readOne(second, served.descriptor().address(), served.descriptor().rkey(),
                 4096, sink, 0));
+        assertEquals(2, client.stats().channelsOpened());
+        assertEquals(1, client.stats().reconnects());
     }
 
     @Test

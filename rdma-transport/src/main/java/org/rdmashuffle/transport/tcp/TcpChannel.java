@@ -202,6 +202,7 @@ final class TcpChannel implements RdmaChannel {
         } finally {
             lock.unlock();
         }
+        node.countPosted(n);
         wantsFlush = true;
         node.requester().wakeup();
     }

@@ -58,6 +58,11 @@ public final class TcpNode implements RdmaNode {
     private volatile long readsCompleted;
     private volatile long readsFailed;
     private volatile long bytesRead;
+    private final java.util.concurrent.atomic.LongAdder readsPosted = new java.util.concurrent.atomic.LongAdder();
+    private final java.util.concurrent.atomic.LongAdder channelsOpened = new java.util.concurrent.atomic.LongAdder();
+    private final java.util.concurrent.atomic.LongAdder reconnects = new java.util.concurrent.atomic.LongAdder();
+    /** Peers this node has opened a channel to (bounded by the cluster's executors). */
+    private final java.util.Set<NodeAddress> peersSeen = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     public TcpNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         this.conf = conf;
@@ -214,6 +219,10 @@ public final class TcpNode implements RdmaNode {
             sc.close();
             throw e;
         }
+        channelsOpened.increment();
+        if (!peersSeen.add(peer)) {
+            reconnects.increment();
+        }
         return c;
     }
 
@@ -301,6 +310,11 @@ public final class TcpNode implements RdmaNode {
         };
     }
 
+    /** {@code n} READs accepted by one of this node's channels. */
+    void countPosted(int n) {
+        readsPosted.add(n);
+    }
+
     void countRead(int status, int len) {
         if (status == ReadStatus.SUCCESS) {
             readsCompleted++;
@@ -329,7 +343,8 @@ public final class TcpNode implements RdmaNode {
             }
         }
         return new NodeStats(readsCompleted, readsFailed, bytesRead, responder.readsServed, responder.readsRefused,
-                responder.bytesServed, table.size(), registeredBytes.get(), open);
+                responder.bytesServed, table.size(), registeredBytes.get(), open, readsPosted.sum(),
+                channelsOpened.sum(), reconnects.sum(), responder.connectionsRefused);
     }
 
     /** Connections peers have open to this node. */

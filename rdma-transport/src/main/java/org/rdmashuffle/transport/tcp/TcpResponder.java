@@ -515,6 +515,7 @@ final class TcpResponder implements Runnable {
             }
             out.putInt(Wire.MAGIC).putShort(Wire.VERSION).putShort((short) status).put(serverNonce);
             if (status != Wire.HS_OK) {
+                connectionsRefused++;
                 handshakeLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(status));
                 closeAfterFlush = true;
             } else {
@@ -539,6 +540,7 @@ final class TcpResponder implements Runnable {
                 clientNonce = null;
                 serverNonce = null;
             } else {
+                connectionsRefused++;
                 handshakeLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(Wire.HS_AUTH_FAILED));
                 closeAfterFlush = true;
             }

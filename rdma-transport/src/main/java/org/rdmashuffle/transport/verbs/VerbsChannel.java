@@ -199,6 +199,7 @@ final class VerbsChannel implements RdmaChannel {
         } finally {
             lock.unlock();
         }
+        node.countPosted(accepted);
         if (accepted == 0) {
             throw new TransportException("channel to " + peer + " closed while posting", ReadStatus.CHANNEL_CLOSED,
                     null);
@@ -573,6 +574,7 @@ final class VerbsChannel implements RdmaChannel {
                 return;
             }
             attach(fresh);
+            node.countReconnect();
             drain();
         } finally {
             lock.unlock();

@@ -93,6 +93,11 @@ public final class VerbsNode implements RdmaNode {
     private final LongAdder readsCompleted = new LongAdder();
     private final LongAdder readsFailed = new LongAdder();
     private final LongAdder bytesRead = new LongAdder();
+    private final LongAdder readsPosted = new LongAdder();
+    private final LongAdder channelsOpened = new LongAdder();
+    private final LongAdder reconnects = new LongAdder();
+    /** Peers this node has opened a channel to (bounded by the cluster's executors). */
+    private final Set<NodeAddress> peersSeen = ConcurrentHashMap.newKeySet();
     private volatile boolean closed;
     /**
      * With authentication on: queue pairs announced over the authenticated control connection and not
@@ -367,6 +372,10 @@ public final class VerbsNode implements RdmaNode {
             try {
                 ch.start(conf.connectTimeoutMs());
                 LOG.info("queue pair to {} ({} on {}): {}", peer, target, device, connection);
+                channelsOpened.increment();
+                if (!peersSeen.add(peer)) {
+                    reconnects.increment();
+                }
                 return ch;
             } catch (IOException e) {
                 last = e;
@@ -457,6 +466,16 @@ public final class VerbsNode implements RdmaNode {
     /** The port this node's rdma_cm listens on. */
     int rdmaPort() {
         return rdmaPort;
+    }
+
+    /** {@code n} READs accepted by one of this node's channels. */
+    void countPosted(int n) {
+        readsPosted.add(n);
+    }
+
+    /** A channel's queue pair was replaced after an error. */
+    void countReconnect() {
+        reconnects.increment();
     }
 
     /** Queue pairs this node refused because no authenticated peer announced them. */
@@ -730,7 +749,8 @@ public final class VerbsNode implements RdmaNode {
             }
         }
         return new NodeStats(readsCompleted.sum(), readsFailed.sum(), bytesRead.sum(), 0, 0, 0, regions.size(),
-                registeredBytes.get(), open);
+                registeredBytes.get(), open, readsPosted.sum(), channelsOpened.sum(), reconnects.sum(),
+                queuePairsRefused.sum() + control.stats().connectionsRefused());
     }
 
     private void ensureOpen() throws TransportException {
