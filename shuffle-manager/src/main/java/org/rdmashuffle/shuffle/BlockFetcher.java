@@ -97,34 +97,47 @@ public final class BlockFetcher implements AutoCloseable {
         }
     }
 
+    /** Why a block goes through Spark's path: its peer committed it without registering it. */
+    static final String LEFT_UNREGISTERED = "it left map outputs unregistered (see its log)";
+    /** Why a block goes through Spark's path: its peer's output table has no entry for the map. */
+    static final String NOT_IN_TABLE = "map outputs Spark locates there are not in its output table (migrated "
+            + "there from a decommissioned executor)";
+
     /** A fetched block: its bytes are {@code buffer().byteBuffer()} from 0 to {@link #length()}. */
     public final class Block implements AutoCloseable {
         private final Request request;
         private final RegisteredBuffer buffer;
         private final int length;
         private final long readNanos;
-        private final boolean unregistered;
+        private final String viaSpark;
         private boolean released;
 
         Block(Request request, RegisteredBuffer buffer, int length, long readNanos) {
-            this(request, buffer, length, readNanos, false);
+            this(request, buffer, length, readNanos, null);
         }
 
-        private Block(Request request, RegisteredBuffer buffer, int length, long readNanos, boolean unregistered) {
+        private Block(Request request, RegisteredBuffer buffer, int length, long readNanos, String viaSpark) {
             this.request = request;
             this.buffer = buffer;
             this.length = length;
             this.readNanos = readNanos;
-            this.unregistered = unregistered;
+            this.viaSpark = viaSpark;
         }
 
         /**
          * Whether the peer does not serve this map attempt by READs — it committed the output without
-         * registering it (past its registration cap, or registering failed), or another attempt of the
-         * map replaced it in the table: no bytes here, the caller fetches it through Spark's own path.
+         * registering it (past its registration cap, or registering failed), another attempt of the
+         * map replaced it in the table, or its table has no entry for it (the output was migrated there
+         * by decommissioning, or is lost): no bytes here, the caller fetches it through Spark's own path,
+         * which serves it from the files or fails the fetch if they are gone.
          */
         public boolean unregistered() {
-            return unregistered;
+            return viaSpark != null;
+        }
+
+        /** Why {@link #unregistered()} blocks go through Spark's path, or null. */
+        public String viaSparkReason() {
+            return viaSpark;
         }
 
         /** Time from posting the block's data READs to their last completion. */
@@ -727,16 +740,18 @@ public final class BlockFetcher implements AutoCloseable {
                     s.releaseBuffer();
                 }
                 if (!slot.published() && !slot.unregistered()) {
-                    return failure(r, "map output not registered at the peer (lost or never written)", null);
+                    // Not written by a map task there: migrated there when another executor was
+                    // decommissioned (Spark moved the files, not a registration), or lost.
+                    return new Block(r, null, 0, 0, NOT_IN_TABLE);
                 }
                 if (r.mapId() != Request.ANY_MAP_ID && slot.mapId() != r.mapId()) {
                     // Another attempt of the map replaced it in the table (a retried or zombie attempt on the
                     // same executor); the attempt the tracker names may still be on disk: Spark's path reads
                     // it by its id, or fails the fetch if it is gone.
-                    return new Block(r, null, 0, 0, true);
+                    return new Block(r, null, 0, 0, "another attempt of the map replaced it in the peer's table");
                 }
                 if (slot.unregistered()) {
-                    return new Block(r, null, 0, 0, true); // committed, left to Spark's path by the peer
+                    return new Block(r, null, 0, 0, LEFT_UNREGISTERED); // committed, left to Spark's path by the peer
                 }
                 RegionDescriptor md = slot.metadata();
                 String wrongLength = checkMetadataLength(r, slot.regionCount(), md.length());

@@ -50,6 +50,7 @@ final class ExecutorRuntime implements AutoCloseable {
     private final java.util.concurrent.atomic.AtomicBoolean warnedReceiveMemory =
             new java.util.concurrent.atomic.AtomicBoolean();
     private final LongAdder unregisteredOutputBytes = new LongAdder();
+    private final LongAdder blocksViaSpark = new LongAdder();
     private final java.util.concurrent.atomic.AtomicBoolean warnedUnregistered =
             new java.util.concurrent.atomic.AtomicBoolean();
 
@@ -214,8 +215,23 @@ final class ExecutorRuntime implements AutoCloseable {
      * that peer are read through Spark's own path and why.
      */
     void noteSparkPath(String peerExecutorId, String why) {
+        noteSparkPath(peerExecutorId, why, false);
+    }
+
+    /**
+     * As {@link #noteSparkPath(String, String)}; {@code expected} (an operation the application asked for:
+     * an executor removed while an external shuffle service serves its files, outputs migrated by
+     * decommissioning) logs at INFO instead of WARN.
+     */
+    void noteSparkPath(String peerExecutorId, String why, boolean expected) {
         if (sparkPathPeers.add(peerExecutorId)) {
-            LOG.warn("reading shuffle blocks of executor {} through Spark's own shuffle path: {}", peerExecutorId, why);
+            if (expected) {
+                LOG.info("reading shuffle blocks of executor {} through Spark's own shuffle path: {}", peerExecutorId,
+                        why);
+            } else {
+                LOG.warn("reading shuffle blocks of executor {} through Spark's own shuffle path: {}", peerExecutorId,
+                        why);
+            }
         } else {
             LOG.debug("reading shuffle blocks of executor {} through Spark's own shuffle path: {}", peerExecutorId,
                     why);
@@ -250,6 +266,11 @@ final class ExecutorRuntime implements AutoCloseable {
     /** The metadata reducers on this executor have READ for {@code shuffleId}, shared by its fetchers. */
     MetadataCache metadataCache(int shuffleId) {
         return metadataCaches.computeIfAbsent(shuffleId, id -> new MetadataCache());
+    }
+
+    /** Counts remote blocks a reducer hands to Spark's own path instead of READing them. */
+    void countBlocksViaSpark(long n) {
+        blocksViaSpark.add(n);
     }
 
     /** Counts bytes fetchers READ from output tables and metadata (not block data). */
@@ -287,7 +308,7 @@ final class ExecutorRuntime implements AutoCloseable {
     RdmaShuffleManager.ExecutorStats stats() {
         return new RdmaShuffleManager.ExecutorStats(executorId, node.stats(), pool.stats(), List.copyOf(tables.keySet()),
                 registeredOutputBytes(), controlBytesRead.sum(), unregisteredOutputs.sum(),
-                unregisteredOutputBytes.sum(), receiveMemoryFallbacks.sum());
+                unregisteredOutputBytes.sum(), receiveMemoryFallbacks.sum(), blocksViaSpark.sum());
     }
 
     @Override

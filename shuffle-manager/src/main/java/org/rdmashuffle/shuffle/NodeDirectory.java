@@ -34,9 +34,19 @@ public final class NodeDirectory {
         private static final long serialVersionUID = 1L;
     }
 
-    /** Where is that executor's node? Replied with its encoded address, or an empty array. */
+    /**
+     * Where is that executor's node? Replied with its encoded address, an empty array when the driver
+     * knows none, or {@link #REMOVED} when Spark removed the executor.
+     */
     public record Lookup(String executorId) implements Serializable {
         private static final long serialVersionUID = 1L;
+    }
+
+    /** The reply to a {@link Lookup} of an executor Spark removed (one byte: no encoded address is that short). */
+    static final byte[] REMOVED = {'R'};
+
+    /** What the driver knows of an executor's node: its address, or none, and whether Spark removed it. */
+    public record Found(NodeAddress address, boolean removed) {
     }
 
     /** An executor is gone. */
@@ -48,6 +58,15 @@ public final class NodeDirectory {
     public static final class Endpoint implements RpcEndpoint {
         private final RpcEnv rpcEnv;
         private final Map<String, byte[]> nodes = new ConcurrentHashMap<>();
+        /** Executors Spark removed (bounded: ids are short, and past the bound only the oldest are forgotten). */
+        private final Map<String, Boolean> removed = java.util.Collections.synchronizedMap(
+                new java.util.LinkedHashMap<>(16, 0.75f, false) {
+                    @Override
+                    protected boolean removeEldestEntry(Map.Entry<String, Boolean> eldest) {
+                        return size() > MAX_REMOVED;
+                    }
+                });
+        private static final int MAX_REMOVED = 100_000;
 
         public Endpoint(RpcEnv rpcEnv) {
             this.rpcEnv = rpcEnv;
@@ -69,6 +88,15 @@ public final class NodeDirectory {
             return nodes.size();
         }
 
+        /**
+         * Spark removed {@code executorId} (killed, lost, released by dynamic allocation or decommissioned):
+         * lookups of it answer {@link #REMOVED} from now on, so readers do not connect to a node that is gone.
+         */
+        public void executorRemoved(String executorId) {
+            removed.put(executorId, Boolean.TRUE);
+            nodes.remove(executorId);
+        }
+
         @Override
         public PartialFunction<Object, BoxedUnit> receiveAndReply(RpcCallContext context) {
             return new AbstractPartialFunction<Object, BoxedUnit>() {
@@ -81,11 +109,13 @@ public final class NodeDirectory {
                 public <A1, B1> B1 applyOrElse(A1 m, Function1<A1, B1> otherwise) {
                     if (m instanceof Register r) {
                         NodeAddress.decode(ByteBuffer.wrap(r.address())); // refuse garbage early
-                        nodes.put(r.executorId(), r.address().clone());
+                        if (!removed.containsKey(r.executorId())) { // a late registration of a removed one
+                            nodes.put(r.executorId(), r.address().clone());
+                        }
                         context.reply(Boolean.TRUE);
                     } else if (m instanceof Lookup l) {
                         byte[] a = nodes.get(l.executorId());
-                        context.reply(a == null ? new byte[0] : a);
+                        context.reply(a != null ? a : removed.containsKey(l.executorId()) ? REMOVED : new byte[0]);
                     } else if (m instanceof Forget f) {
                         context.reply(nodes.remove(f.executorId()) != null);
                     } else {
@@ -113,19 +143,33 @@ public final class NodeDirectory {
             cache.put(executorId, address);
         }
 
-        /** The node of {@code executorId}, or null when the driver knows none. */
+        /** The node of {@code executorId}, or null when the driver knows none (or Spark removed it). */
         public NodeAddress lookup(String executorId) {
+            return find(executorId).address();
+        }
+
+        /** What the driver knows of {@code executorId}'s node (cached once found). */
+        public Found find(String executorId) {
             NodeAddress a = cache.get(executorId);
             if (a != null) {
-                return a;
+                return new Found(a, false);
             }
             byte[] enc = (byte[]) driver.askSync(new Lookup(executorId), ClassTag$.MODULE$.Any());
             if (enc.length == 0) {
-                return null;
+                return new Found(null, false);
+            }
+            if (java.util.Arrays.equals(enc, REMOVED)) {
+                return new Found(null, true);
             }
             a = NodeAddress.decode(ByteBuffer.wrap(enc));
             cache.put(executorId, a);
-            return a;
+            return new Found(a, false);
+        }
+
+        /** Whether Spark removed {@code executorId}, asked of the driver now (its cached node is dropped). */
+        public boolean removed(String executorId) {
+            cache.remove(executorId);
+            return find(executorId).removed();
         }
 
         /** Drops a cached entry (after a fetch failure, the executor may have restarted elsewhere). */

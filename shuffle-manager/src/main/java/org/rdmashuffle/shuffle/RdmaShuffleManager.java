@@ -55,10 +55,14 @@ public final class RdmaShuffleManager implements ShuffleManager {
      * @param unregisteredOutputBytes their bytes
      * @param receiveMemoryFallbacks reduce tasks that fetched blocks through Spark's path because this
      *     executor could not allocate or register memory for receive buffers, since it started
+     * @param blocksViaSpark remote blocks this executor's reducers fetched through Spark's own path instead of
+     *     READs (their executor serves no node, left them unregistered, does not hold them in its table, was
+     *     removed while an external shuffle service serves its files, or receive memory was refused), since
+     *     it started
      */
     public record ExecutorStats(String executorId, NodeStats node, BufferPoolStats pool, List<Integer> shuffles,
                                 long registeredOutputBytes, long controlBytesRead, long unregisteredOutputs,
-                                long unregisteredOutputBytes, long receiveMemoryFallbacks)
+                                long unregisteredOutputBytes, long receiveMemoryFallbacks, long blocksViaSpark)
             implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
     }
@@ -70,7 +74,9 @@ public final class RdmaShuffleManager implements ShuffleManager {
     private final String driverFallback;
     private volatile ExecutorRuntime runtime;
     private volatile String runtimeFailure;
-    private volatile boolean directoryStarted;
+    private volatile NodeDirectory.Endpoint directory;
+    private final RdmaShuffleSource source;
+    private volatile boolean sourceRegistered;
     private volatile boolean stopped;
 
     public RdmaShuffleManager(SparkConf sparkConf, boolean isDriver) {
@@ -96,6 +102,34 @@ public final class RdmaShuffleManager implements ShuffleManager {
             }
         }
         this.driverFallback = why;
+        this.source = new RdmaShuffleSource(this::executorStats,
+                isDriver ? () -> directory == null ? 0 : directory.size() : null, why == null ? 0 : 1);
+        registerSource();
+    }
+
+    /**
+     * Registers this manager's metrics in Spark's MetricsSystem, once, as soon as this process's SparkEnv
+     * exists and knows the application's id (which names the metrics): on executors when the manager is
+     * built, on the driver (built before the id is set) at its first shuffle.
+     */
+    private void registerSource() {
+        if (sourceRegistered) {
+            return;
+        }
+        SparkEnv env = SparkEnv.get();
+        if (env == null || env.metricsSystem() == null || !env.conf().contains("spark.app.id")) {
+            return;
+        }
+        synchronized (this) {
+            if (!sourceRegistered) {
+                sourceRegistered = true;
+                try {
+                    env.metricsSystem().registerSource(source);
+                } catch (RuntimeException e) {
+                    LOG.warn("rdma-shuffle: cannot register its metrics source: {}", e.toString());
+                }
+            }
+        }
     }
 
     /**
@@ -118,11 +152,12 @@ public final class RdmaShuffleManager implements ShuffleManager {
     }
 
     private void ensureDirectory() {
-        if (isDriver && !directoryStarted) {
+        if (isDriver && directory == null) {
             synchronized (this) {
-                if (!directoryStarted) {
-                    NodeDirectory.Endpoint.start(SparkEnv.get().rpcEnv());
-                    directoryStarted = true;
+                if (directory == null) {
+                    NodeDirectory.Endpoint d = NodeDirectory.Endpoint.start(SparkEnv.get().rpcEnv());
+                    SparkInterop.onExecutorRemoved(d::executorRemoved);
+                    directory = d;
                 }
             }
         }
@@ -139,6 +174,7 @@ public final class RdmaShuffleManager implements ShuffleManager {
         if (rt != null || runtimeFailure != null) {
             return rt;
         }
+        registerSource();
         synchronized (this) {
             if (runtime == null && runtimeFailure == null) {
                 if (stopped) {
@@ -183,6 +219,7 @@ public final class RdmaShuffleManager implements ShuffleManager {
     @Override
     public <K, V, C> ShuffleHandle registerShuffle(int shuffleId, ShuffleDependency<K, V, C> dependency) {
         ShuffleHandle sortHandle = sort.registerShuffle(shuffleId, dependency);
+        registerSource();
         if (driverFallback != null) {
             return sortHandle;
         }
@@ -237,6 +274,10 @@ public final class RdmaShuffleManager implements ShuffleManager {
     public void stop() {
         synchronized (this) {
             stopped = true;
+            SparkEnv env = SparkEnv.get();
+            if (sourceRegistered && env != null && env.metricsSystem() != null) {
+                env.metricsSystem().removeSource(source);
+            }
             if (runtime != null) {
                 runtime.close();
                 runtime = null;

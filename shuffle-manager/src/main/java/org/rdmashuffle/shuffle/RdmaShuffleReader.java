@@ -97,6 +97,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         boolean localFromDisk = rt.conf.localBlocksFromDisk();
         boolean never = rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER;
         String ourProvider = rt.node.localAddress().provider();
+        // With an external shuffle service, a removed executor's files are still served (by the service):
+        // its blocks go through Spark's client, the other executors' by READ.
+        boolean ess = SparkInterop.externalShuffleService(SparkEnv.get().conf());
         List<Origin> local = new ArrayList<>();
         List<Origin> remote = new ArrayList<>();
         Map<BlockManagerId, RegionDescriptor> tables = new HashMap<>();
@@ -121,8 +124,19 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 local.addAll(blocks);
                 continue;
             }
-            NodeAddress peer = rt.directory.lookup(bm.executorId());
+            NodeDirectory.Found found = rt.directory.find(bm.executorId());
+            NodeAddress peer = found.address();
             String why = null;
+            if (found.removed()) {
+                why = "Spark removed executor " + bm.executorId() + " at " + bm.hostPort();
+                if (!ess || never) {
+                    throw fetchFailed(blocks.get(0), new FetchFailure(null, why + (never ? " (fallback=never)"
+                            : " and no external shuffle service serves its files"), null));
+                }
+                rt.noteSparkPath(bm.executorId(), why + "; the external shuffle service serves its files", true);
+                viaSpark.put(bm, tracked(blocks));
+                continue;
+            }
             if (peer == null) {
                 why = "executor " + bm.executorId() + " at " + bm.hostPort() + " serves no RDMA node (its transport "
                         + "did not start)";
@@ -143,6 +157,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 table = rt.remoteTable(peer, shuffleId);
             } catch (TransportException e) {
                 rt.forgetPeer(bm.executorId(), peer, shuffleId);
+                if (ess && !never) { // gone, or going: the external shuffle service serves its files
+                    rt.noteSparkPath(bm.executorId(), "its node cannot be reached (" + e.getMessage() + "); the "
+                            + "external shuffle service serves its files", true);
+                    viaSpark.put(bm, tracked(blocks));
+                    continue;
+                }
                 throw fetchFailed(blocks.get(0), new FetchFailure(null, e.getMessage(), e));
             }
             if (table == null) {
@@ -160,7 +180,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 remote.add(new Origin(bm, peer, o.blockId(), o.mapIndex(), o.reportedBytes(), o.tracked()));
             }
         }
-        return decodeAndCombine(new Blocks(rt, local, remote, tables, viaSpark));
+        return decodeAndCombine(new Blocks(rt, local, remote, tables, viaSpark, ess && !never));
     }
 
     private static List<Tuple3<BlockId, Object, Object>> tracked(List<Origin> blocks) {
@@ -201,10 +221,13 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         /** Blocks whose serving executor left them unregistered, found while READing: fetched by Spark's path last. */
         private Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> unregistered = new LinkedHashMap<>();
         private InputStream sparkStream;
+        /** A failed READ sends the task's remaining blocks through Spark's client (an external shuffle service). */
+        private final boolean sparkAfterFailure;
 
         Blocks(ExecutorRuntime rt, List<Origin> local, List<Origin> remote, Map<BlockManagerId, RegionDescriptor> tables,
-               Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> viaSpark) {
+               Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> viaSpark, boolean sparkAfterFailure) {
             this.rt = rt;
+            this.sparkAfterFailure = sparkAfterFailure;
             this.local = local;
             this.fetcher = new BlockFetcher(rt.node, rt.pool, rt.metadataCache(handle.shuffleId()),
                     rt.conf.maxBytesInFlight(), rt.conf.maxReadsInFlightPerPeer(), rt.conf.readBlockSizeBytes(),
@@ -222,8 +245,18 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 addToFetcher(r);
             }
             if (!viaSpark.isEmpty()) {
-                sparkBlocks = SparkInterop.fetchThroughSpark(context, viaSpark, metrics); // fetching starts now
+                sparkBlocks = fetchThroughSpark(viaSpark); // fetching starts now
             }
+        }
+
+        private Iterator<Tuple2<BlockId, InputStream>> fetchThroughSpark(
+                Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> blocks) {
+            long n = 0;
+            for (List<Tuple3<BlockId, Object, Object>> l : blocks.values()) {
+                n += l.size();
+            }
+            rt.countBlocksViaSpark(n);
+            return SparkInterop.fetchThroughSpark(context, blocks, metrics);
         }
 
         @Override
@@ -242,7 +275,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     sparkStream = b._2();
                     current = SparkInterop.records(serializer, sparkStream);
                 } else if (!unregistered.isEmpty()) {
-                    sparkBlocks = SparkInterop.fetchThroughSpark(context, unregistered, metrics);
+                    sparkBlocks = fetchThroughSpark(unregistered);
                     unregistered = new LinkedHashMap<>();
                 } else {
                     finish();
@@ -295,6 +328,15 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 } catch (FetchFailure f) { // the peer's fault; this executor's own is a BufferPoolException
                     Origin o = blame(f);
                     rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
+                    if (sparkAfterFailure) {
+                        // An external shuffle service serves every executor's files, also of one that just went
+                        // (released by dynamic allocation, killed): the rest comes through Spark's client.
+                        rt.noteSparkPath(o.address().executorId(), "a READ from it failed (" + f.getMessage()
+                                + "); this task's remaining blocks come through Spark's client and the external "
+                                + "shuffle service", true);
+                        abandonReads();
+                        return null;
+                    }
                     throw fetchFailed(o, f);
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
@@ -305,8 +347,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 BlockFetcher.Request r = block.request();
                 Origin o = origins.remove(r); // handed out: origins keeps only the requests still to come
                 if (block.unregistered()) {
+                    String why = block.viaSparkReason();
                     releaseCurrent();
-                    rt.noteSparkPath(o.address().executorId(), "it left map outputs unregistered (see its log)");
+                    rt.noteSparkPath(o.address().executorId(), why, why.equals(BlockFetcher.NOT_IN_TABLE));
                     unregistered.computeIfAbsent(o.address(), a -> new ArrayList<>()).add(o.tracked());
                     return null;
                 }
@@ -442,13 +485,20 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             if (e != null && (!e.memoryUnavailable() || rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER)) {
                 throw e;
             }
-            for (Origin o : origins.values()) { // every request the fetcher has not handed out
+            if (!readsAbandoned) {
+                rt.noteReceiveMemoryUnavailable(e);
+            }
+            abandonReads();
+        }
+
+        /** Every request the fetcher has not handed out goes through Spark's path; no more READs. */
+        private void abandonReads() {
+            for (Origin o : origins.values()) {
                 unregistered.computeIfAbsent(o.address(), a -> new ArrayList<>()).add(o.tracked());
             }
             origins.clear();
             if (!readsAbandoned) {
                 readsAbandoned = true;
-                rt.noteReceiveMemoryUnavailable(e);
                 fetcher.close(); // buffers of READs still in flight come back as they land
             }
         }

@@ -168,4 +168,26 @@ public final class SparkInterop {
                                                    int reduceId, FetchFailure failure) {
         return new FetchFailedException(address, shuffleId, mapId, mapIndex, reduceId, failure.getMessage(), failure);
     }
+
+    /**
+     * Calls {@code removed} with the id of every executor Spark removes from now on (killed, lost,
+     * released by dynamic allocation, decommissioned), from the active SparkContext's listener bus.
+     * Does nothing without an active SparkContext (a directory started outside a driver, in tests).
+     */
+    static void onExecutorRemoved(java.util.function.Consumer<String> removed) {
+        scala.Option<org.apache.spark.SparkContext> sc = org.apache.spark.SparkContext$.MODULE$.getActive();
+        if (sc.isDefined()) {
+            sc.get().addSparkListener(new org.apache.spark.scheduler.SparkListener() {
+                @Override
+                public void onExecutorRemoved(org.apache.spark.scheduler.SparkListenerExecutorRemoved e) {
+                    removed.accept(e.executorId());
+                }
+            });
+        }
+    }
+
+    /** Whether executors' shuffle files are also served by an external shuffle service. */
+    static boolean externalShuffleService(SparkConf conf) {
+        return conf.getBoolean("spark.shuffle.service.enabled", false);
+    }
 }

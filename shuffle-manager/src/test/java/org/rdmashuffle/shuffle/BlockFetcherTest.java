@@ -145,7 +145,8 @@ class BlockFetcherTest {
 
     @Test
     @Timeout(60)
-    void shouldFailNamingTheMapWhenOutputIsMissingOrPeerIsGone(@TempDir Path dir) throws Exception {
+    void shouldHandAMapTheTableDoesNotHoldToSparksPathAndFailNamingTheMapWhenThePeerIsGone(@TempDir Path dir)
+            throws Exception {
         try (RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
              BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
              BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
@@ -153,11 +154,13 @@ class BlockFetcherTest {
             ShuffleOutputTable table = publish(executor, dir);
             BlockFetcher.Request missing = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), MAPS, -1,
                     0, 1);
-            fetcher.add(missing);
-            FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
-            assertEquals(missing, f.request());
-            assertTrue(f.getMessage().contains("map output not registered"), f.getMessage());
-            assertTrue(f.getMessage().contains("map index " + MAPS), f.getMessage());
+            fetcher.add(missing); // an empty slot: migrated there by decommissioning, or lost
+            try (BlockFetcher.Block b = fetcher.next()) {
+                assertEquals(missing, b.request());
+                assertTrue(b.unregistered(), "a map its table does not hold goes through Spark's path");
+                assertEquals(BlockFetcher.NOT_IN_TABLE, b.viaSparkReason());
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
 
             BlockFetcher.Request good = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 1, 1, 0, 1);
             fetcher.add(good);

@@ -1,6 +1,8 @@
 package org.rdmashuffle.shuffle;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 
@@ -36,6 +38,21 @@ class NodeDirectoryTest {
             exec1.forget("1");
             reducer.invalidate("1");
             assertNull(reducer.lookup("1"));
+            assertEquals(0, endpoint.size());
+
+            // Spark removes executor 2: readers that cached its node learn it when they ask again, and a
+            // registration arriving late does not bring it back.
+            NodeAddress b = new NodeAddress("10.200.0.3", 40124, "tcp");
+            NodeDirectory.Client exec2 = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
+            exec2.register("2", b);
+            assertEquals(b, reducer.lookup("2"));
+            assertFalse(reducer.find("7").removed(), "an executor never seen is unknown, not removed");
+            endpoint.executorRemoved("2");
+            assertEquals(b, reducer.lookup("2"), "the cache answers until asked afresh");
+            assertTrue(reducer.removed("2"));
+            assertEquals(new NodeDirectory.Found(null, true), reducer.find("2"));
+            exec2.register("2", b);
+            assertTrue(reducer.removed("2"), "a late registration of a removed executor is ignored");
             assertEquals(0, endpoint.size());
         }
     }
