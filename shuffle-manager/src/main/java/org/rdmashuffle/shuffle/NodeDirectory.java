@@ -24,6 +24,7 @@ import scala.runtime.BoxedUnit;
  * executor on every cluster manager, so no address has to be handed out of band.
  */
 public final class NodeDirectory {
+    private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(NodeDirectory.class);
     public static final String ENDPOINT_NAME = "rdma-shuffle-node-directory";
 
     private NodeDirectory() {
@@ -49,6 +50,16 @@ public final class NodeDirectory {
     public record Found(NodeAddress address, boolean removed) {
     }
 
+    /**
+     * Which executors did Spark remove, from the {@code from}-th on? Replied with a {@code String[]}: the
+     * index of the first one (in decimal), then their ids (at most {@link Endpoint#MAX_REMOVED_PER_REPLY}).
+     * Replies are JDK types only: an executor deserialises them with Spark's own class loader, which does
+     * not see the plugin when it came with {@code --jars}.
+     */
+    public record RemovedSince(int from) implements Serializable {
+        private static final long serialVersionUID = 1L;
+    }
+
     /** An executor is gone. */
     public record Forget(String executorId) implements Serializable {
         private static final long serialVersionUID = 1L;
@@ -67,6 +78,9 @@ public final class NodeDirectory {
                     }
                 });
         private static final int MAX_REMOVED = 100_000;
+        static final int MAX_REMOVED_PER_REPLY = 10_000;
+        /** Removed executors in the order Spark removed them, for {@link RemovedSince} (bounded as above). */
+        private final java.util.List<String> removedLog = new java.util.concurrent.CopyOnWriteArrayList<>();
 
         public Endpoint(RpcEnv rpcEnv) {
             this.rpcEnv = rpcEnv;
@@ -93,8 +107,22 @@ public final class NodeDirectory {
          * lookups of it answer {@link #REMOVED} from now on, so readers do not connect to a node that is gone.
          */
         public void executorRemoved(String executorId) {
-            removed.put(executorId, Boolean.TRUE);
+            if (removed.put(executorId, Boolean.TRUE) == null && removedLog.size() < MAX_REMOVED) {
+                removedLog.add(executorId);
+            }
             nodes.remove(executorId);
+        }
+
+        private String[] removedSince(int from) {
+            int n = removedLog.size();
+            int start = Math.max(0, Math.min(from, n));
+            int end = Math.min(n, start + MAX_REMOVED_PER_REPLY);
+            String[] reply = new String[1 + end - start];
+            reply[0] = Integer.toString(start);
+            for (int i = start; i < end; i++) {
+                reply[1 + i - start] = removedLog.get(i);
+            }
+            return reply;
         }
 
         @Override
@@ -102,7 +130,8 @@ public final class NodeDirectory {
             return new AbstractPartialFunction<Object, BoxedUnit>() {
                 @Override
                 public boolean isDefinedAt(Object m) {
-                    return m instanceof Register || m instanceof Lookup || m instanceof Forget;
+                    return m instanceof Register || m instanceof Lookup || m instanceof Forget
+                            || m instanceof RemovedSince;
                 }
 
                 @Override
@@ -116,6 +145,8 @@ public final class NodeDirectory {
                     } else if (m instanceof Lookup l) {
                         byte[] a = nodes.get(l.executorId());
                         context.reply(a != null ? a : removed.containsKey(l.executorId()) ? REMOVED : new byte[0]);
+                    } else if (m instanceof RemovedSince r) {
+                        context.reply(removedSince(r.from()));
                     } else if (m instanceof Forget f) {
                         context.reply(nodes.remove(f.executorId()) != null);
                     } else {
@@ -133,6 +164,11 @@ public final class NodeDirectory {
     public static final class Client {
         private final RpcEndpointRef driver;
         private final Map<String, NodeAddress> cache = new ConcurrentHashMap<>();
+        /** Executors Spark removed that this client has heard of, and how many of the driver's list it has. */
+        private final java.util.Set<String> removedKnown = ConcurrentHashMap.newKeySet();
+        private int removedSeen;
+        private long removedAskedNanos;
+        private static final long REMOVED_REFRESH_NANOS = 1_000_000_000L;
 
         public Client(SparkConf conf, RpcEnv rpcEnv) {
             this.driver = RpcUtils$.MODULE$.makeDriverRef(ENDPOINT_NAME, conf, rpcEnv);
@@ -166,10 +202,57 @@ public final class NodeDirectory {
             return new Found(a, false);
         }
 
+        /**
+         * Learns the executors Spark removed since this client last asked, at most once a second (one small
+         * RPC to the driver): readers call it before choosing how to fetch when an external shuffle service
+         * serves removed executors' files, so they do not try to connect to nodes that are gone.
+         */
+        public void refreshRemoved() {
+            synchronized (removedKnown) {
+                long now = System.nanoTime();
+                if (removedAskedNanos != 0 && now - removedAskedNanos < REMOVED_REFRESH_NANOS) {
+                    return;
+                }
+                removedAskedNanos = now;
+                for (;;) {
+                    String[] r;
+                    try {
+                        r = (String[]) driver.askSync(new RemovedSince(removedSeen), ClassTag$.MODULE$.Any());
+                    } catch (RuntimeException e) { // readers then learn of a removal when connecting fails
+                        LOG.debug("cannot ask the driver which executors were removed", e);
+                        return;
+                    }
+                    for (int i = 1; i < r.length; i++) {
+                        removedKnown.add(r[i]);
+                        cache.remove(r[i]);
+                    }
+                    removedSeen = Integer.parseInt(r[0]) + r.length - 1;
+                    if (r.length - 1 < Endpoint.MAX_REMOVED_PER_REPLY) {
+                        return;
+                    }
+                }
+            }
+        }
+
+        /** Whether this client has heard that Spark removed {@code executorId} (see {@link #refreshRemoved()}). */
+        public boolean knownRemoved(String executorId) {
+            return removedKnown.contains(executorId);
+        }
+
         /** Whether Spark removed {@code executorId}, asked of the driver now (its cached node is dropped). */
         public boolean removed(String executorId) {
             cache.remove(executorId);
-            return find(executorId).removed();
+            boolean gone;
+            try {
+                gone = find(executorId).removed();
+            } catch (RuntimeException e) {
+                LOG.debug("cannot ask the driver whether executor {} was removed", executorId, e);
+                return false;
+            }
+            if (gone) {
+                removedKnown.add(executorId);
+            }
+            return gone;
         }
 
         /** Drops a cached entry (after a fetch failure, the executor may have restarted elsewhere). */

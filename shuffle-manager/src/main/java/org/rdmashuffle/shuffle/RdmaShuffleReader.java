@@ -100,6 +100,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         // With an external shuffle service, a removed executor's files are still served (by the service):
         // its blocks go through Spark's client, the other executors' by READ.
         boolean ess = SparkInterop.externalShuffleService(SparkEnv.get().conf());
+        if (ess) {
+            rt.directory.refreshRemoved(); // at most once a second per executor
+        }
         List<Origin> local = new ArrayList<>();
         List<Origin> remote = new ArrayList<>();
         Map<BlockManagerId, RegionDescriptor> tables = new HashMap<>();
@@ -127,7 +130,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             NodeDirectory.Found found = rt.directory.find(bm.executorId());
             NodeAddress peer = found.address();
             String why = null;
-            if (found.removed()) {
+            if (found.removed() || (ess && rt.directory.knownRemoved(bm.executorId()))) {
                 why = "Spark removed executor " + bm.executorId() + " at " + bm.hostPort();
                 if (!ess || never) {
                     throw fetchFailed(blocks.get(0), new FetchFailure(null, why + (never ? " (fallback=never)"
@@ -329,6 +332,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     Origin o = blame(f);
                     rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
                     if (sparkAfterFailure) {
+                        rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone
                         // An external shuffle service serves every executor's files, also of one that just went
                         // (released by dynamic allocation, killed): the rest comes through Spark's client.
                         rt.noteSparkPath(o.address().executorId(), "a READ from it failed (" + f.getMessage()

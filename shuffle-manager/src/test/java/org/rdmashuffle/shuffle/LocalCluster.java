@@ -215,6 +215,11 @@ final class LocalCluster implements AutoCloseable {
 
     /** Every executor's report, keyed by executor id (tasks are spread until each executor answered). */
     Map<String, ExecutorProbe> probe() {
+        return probe(executors);
+    }
+
+    /** The reports of {@code executors} executors (when some were removed or added since the start). */
+    Map<String, ExecutorProbe> probe(int executors) {
         Map<String, ExecutorProbe> byExecutor = new TreeMap<>();
         for (int round = 0; round < 20 && byExecutor.size() < executors; round++) {
             List<Integer> slots = IntStream.range(0, 8 * executors).boxed().toList();

@@ -53,6 +53,13 @@ class NodeDirectoryTest {
             assertEquals(new NodeDirectory.Found(null, true), reducer.find("2"));
             exec2.register("2", b);
             assertTrue(reducer.removed("2"), "a late registration of a removed executor is ignored");
+            NodeDirectory.Client other = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
+            assertFalse(other.knownRemoved("2"));
+            other.refreshRemoved();
+            assertTrue(other.knownRemoved("2"), "a client learns removals in one ask");
+            endpoint.executorRemoved("3");
+            other.refreshRemoved();
+            assertFalse(other.knownRemoved("3"), "asked again within a second: not asked");
             assertEquals(0, endpoint.size());
         }
     }

@@ -1,0 +1,81 @@
+package org.rdmashuffle.shuffle;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import org.apache.spark.ExecutorAllocationClient;
+import org.apache.spark.SparkConf;
+import org.apache.spark.api.java.JavaPairRDD;
+import org.apache.spark.scheduler.ExecutorDecommissionInfo;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import scala.Option;
+
+/**
+ * Decommissioning with shuffle-block migration: Spark moves a leaving executor's map output files to
+ * another executor and points the MapOutputTracker there. The new home did not write them, so its
+ * output table does not hold them: readers take just those blocks through Spark's client and READ the
+ * rest — the job finishes with correct results, no fetch failure and no stage retry.
+ */
+class RdmaShuffleDecommissionTest {
+
+    @Test
+    @Timeout(300)
+    void shouldReadMigratedOutputsFromTheirNewHomeWithoutStageRetriesWhenAnExecutorIsDecommissioned()
+            throws Exception {
+        SparkConf conf = LocalCluster.conf(true).setMaster("local-cluster[3,1,1024]")
+                .set("spark.decommission.enabled", "true")
+                .set("spark.storage.decommission.enabled", "true")
+                .set("spark.storage.decommission.shuffleBlocks.enabled", "true")
+                .set("spark.storage.decommission.rddBlocks.enabled", "false");
+        try (LocalCluster cluster = new LocalCluster(conf)) {
+            JavaPairRDD<Integer, Long> grouped = ShuffleJobs.pairs(cluster.sc, 120_000, 12, 4_000)
+                    .groupByKey(6).mapValues(ShuffleJobs::digest);
+            Map<Integer, Long> first = new TreeMap<>(grouped.collectAsMap());
+            assertEquals(4_000, first.size());
+            Map<String, LocalCluster.ExecutorProbe> before = cluster.probe(3);
+            String leaving = null;
+            for (LocalCluster.ExecutorProbe p : before.values()) {
+                if (p.stats() != null && !p.stats().shuffles().isEmpty()) {
+                    leaving = p.executorId();
+                }
+            }
+            assertTrue(leaving != null, "no executor holds map outputs: " + before.keySet());
+
+            ExecutorAllocationClient backend = (ExecutorAllocationClient) cluster.sc.sc().schedulerBackend();
+            assertTrue(backend.decommissionExecutor(leaving,
+                    new ExecutorDecommissionInfo("test decommissions it", Option.empty()), true, false),
+                    "Spark did not accept decommissioning executor " + leaving);
+            long deadline = System.nanoTime() + 120_000_000_000L;
+            while (RdmaShuffleExternalShuffleServiceTest.executorIds(cluster).contains(leaving)
+                    && System.nanoTime() < deadline) {
+                Thread.sleep(200);
+            }
+            assertTrue(!RdmaShuffleExternalShuffleServiceTest.executorIds(cluster).contains(leaving),
+                    "executor " + leaving + " did not leave within 120 s of its decommissioning");
+            cluster.drainEvents();
+            int stagesBefore = cluster.recorder.stages.size();
+
+            Map<Integer, Long> second = new TreeMap<>(grouped.collectAsMap());
+            assertEquals(first, second);
+            List<LocalCluster.StageShuffle> stages = cluster.stagesSince(stagesBefore);
+            assertEquals(1, stages.size(), "only the reduce stage ran (the migrated outputs were found): " + stages);
+            assertEquals(0, stages.get(0).attempt(), "the reduce stage was retried");
+            assertTrue(cluster.recorder.fetchFailures.isEmpty(), "fetch failures: " + cluster.recorder.fetchFailures);
+
+            Map<String, LocalCluster.ExecutorProbe> after = cluster.probe(2);
+            long viaSpark = RdmaShuffleExternalShuffleServiceTest.sum(after,
+                    RdmaShuffleManager.ExecutorStats::blocksViaSpark)
+                    - RdmaShuffleExternalShuffleServiceTest.sum(before, RdmaShuffleManager.ExecutorStats::blocksViaSpark)
+                    + before.get(leaving).stats().blocksViaSpark();
+            long reads = RdmaShuffleExternalShuffleServiceTest.sum(after, s -> s.node().readsCompleted())
+                    - RdmaShuffleExternalShuffleServiceTest.sum(before, s -> s.node().readsCompleted())
+                    + before.get(leaving).stats().node().readsCompleted();
+            assertTrue(reads > 0, "the outputs that stayed home were not READ");
+            assertTrue(viaSpark < 6L * 12, "every block came through Spark's client: whole tasks fell back");
+        }
+    }
+}

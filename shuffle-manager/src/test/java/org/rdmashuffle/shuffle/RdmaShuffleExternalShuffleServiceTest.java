@@ -1,0 +1,98 @@
+package org.rdmashuffle.shuffle;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import org.apache.spark.SparkConf;
+import org.apache.spark.api.java.JavaPairRDD;
+import org.apache.spark.network.TransportContext;
+import org.apache.spark.network.netty.SparkTransportConf$;
+import org.apache.spark.network.server.TransportServer;
+import org.apache.spark.network.shuffle.ExternalBlockHandler;
+import org.apache.spark.network.util.TransportConf;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import scala.Option;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * With Spark's external shuffle service on, an executor that goes keeps its map outputs available:
+ * the service serves its files. Readers take just that executor's blocks through Spark's client (one
+ * INFO line) and READ the rest — no fetch failure, no rerun of the map stage.
+ */
+class RdmaShuffleExternalShuffleServiceTest {
+
+    /** Executor ids Spark has now (the driver excluded). */
+    static List<String> executorIds(LocalCluster cluster) {
+        return new ArrayList<>(CollectionConverters.asJava(cluster.sc.sc().getExecutorIds()));
+    }
+
+    static long sum(Map<String, LocalCluster.ExecutorProbe> probes,
+                    java.util.function.ToLongFunction<RdmaShuffleManager.ExecutorStats> f) {
+        return probes.values().stream().filter(p -> p.stats() != null).mapToLong(p -> f.applyAsLong(p.stats())).sum();
+    }
+
+    @Test
+    @Timeout(300)
+    void shouldReadARemovedExecutorsBlocksThroughTheServiceAndTheRestByReadWithoutRerunningMaps() throws Exception {
+        // The service, as a NodeManager's or a standalone Worker's would run, in this JVM (local-cluster
+        // workers do not start one): every executor registers its shuffle directories with it.
+        SparkConf serviceConf = new SparkConf().set("spark.shuffle.service.enabled", "true");
+        TransportConf transport = SparkTransportConf$.MODULE$.fromSparkConf(serviceConf, "shuffle", 2, Option.empty(),
+                Option.empty());
+        ExternalBlockHandler handler = new ExternalBlockHandler(transport, null);
+        try (TransportContext context = new TransportContext(transport, handler);
+             TransportServer service = context.createServer()) {
+            SparkConf conf = LocalCluster.conf(true).setMaster("local-cluster[3,1,1024]")
+                    .set("spark.shuffle.service.enabled", "true")
+                    .set("spark.shuffle.service.port", Integer.toString(service.getPort()));
+            try (LocalCluster cluster = new LocalCluster(conf)) {
+                JavaPairRDD<Integer, Long> grouped = ShuffleJobs.pairs(cluster.sc, 120_000, 12, 4_000)
+                        .groupByKey(6).mapValues(ShuffleJobs::digest);
+                Map<Integer, Long> first = new TreeMap<>(grouped.collectAsMap());
+                assertEquals(4_000, first.size());
+                Map<String, LocalCluster.ExecutorProbe> before = cluster.probe(3);
+                String gone = null;
+                for (LocalCluster.ExecutorProbe p : before.values()) {
+                    if (p.stats() != null && !p.stats().shuffles().isEmpty()) {
+                        gone = p.executorId(); // one that holds map outputs of the shuffle
+                    }
+                }
+                assertTrue(gone != null, "no executor holds map outputs: " + before.keySet());
+
+                assertTrue(cluster.sc.sc().killExecutor(gone), "Spark did not accept killing executor " + gone);
+                long deadline = System.nanoTime() + 60_000_000_000L;
+                while (executorIds(cluster).contains(gone) && System.nanoTime() < deadline) {
+                    Thread.sleep(100);
+                }
+                assertTrue(!executorIds(cluster).contains(gone), "executor " + gone + " still there after 60 s");
+                cluster.drainEvents();
+                int stagesBefore = cluster.recorder.stages.size();
+
+                // The same shuffle again: its map outputs stay registered (the service serves them).
+                Map<Integer, Long> second = new TreeMap<>(grouped.collectAsMap());
+                assertEquals(first, second);
+                List<LocalCluster.StageShuffle> stages = cluster.stagesSince(stagesBefore);
+                assertEquals(1, stages.size(), "only the reduce stage ran (no map rerun): " + stages);
+                assertTrue(cluster.recorder.fetchFailures.isEmpty(), "fetch failures: " + cluster.recorder.fetchFailures);
+
+                Map<String, LocalCluster.ExecutorProbe> after = cluster.probe(2);
+                assertTrue(!after.containsKey(gone));
+                long viaSpark = sum(after, RdmaShuffleManager.ExecutorStats::blocksViaSpark)
+                        - sum(before, RdmaShuffleManager.ExecutorStats::blocksViaSpark)
+                        + before.get(gone).stats().blocksViaSpark();
+                long reads = sum(after, s -> s.node().readsCompleted()) - sum(before, s -> s.node().readsCompleted())
+                        + before.get(gone).stats().node().readsCompleted();
+                assertTrue(viaSpark > 0, "no block of the removed executor came through Spark's client");
+                assertTrue(viaSpark < 6L * 12, "every block (" + viaSpark + ") came through Spark's client: the "
+                        + "whole tasks fell back");
+                assertTrue(reads > 0, "the remaining executors' blocks were not READ");
+                assertEquals(0, sum(after, RdmaShuffleManager.ExecutorStats::receiveMemoryFallbacks));
+            }
+        }
+    }
+}
