@@ -294,6 +294,21 @@ final class ExecutorRuntime implements AutoCloseable {
         }
     }
 
+    /**
+     * Learns the executors Spark removed since last asked (at most once a second; see
+     * {@link NodeDirectory.Client#refreshRemoved()}) and forgets what this executor cached of their nodes
+     * for every shuffle: table descriptors and metadata of nodes that are gone.
+     */
+    void refreshRemoved() {
+        for (NodeAddress gone : directory.refreshRemoved()) {
+            String prefix = gone + "#";
+            remoteTables.keySet().removeIf(k -> k.startsWith(prefix));
+            for (MetadataCache c : metadataCaches.values()) {
+                c.forget(gone);
+            }
+        }
+    }
+
     void unregisterShuffle(int shuffleId) {
         ShuffleOutputTable t = tables.remove(shuffleId);
         if (t != null) {

@@ -69,18 +69,17 @@ public final class NodeDirectory {
     public static final class Endpoint implements RpcEndpoint {
         private final RpcEnv rpcEnv;
         private final Map<String, byte[]> nodes = new ConcurrentHashMap<>();
-        /** Executors Spark removed (bounded: ids are short, and past the bound only the oldest are forgotten). */
-        private final Map<String, Boolean> removed = java.util.Collections.synchronizedMap(
-                new java.util.LinkedHashMap<>(16, 0.75f, false) {
-                    @Override
-                    protected boolean removeEldestEntry(Map.Entry<String, Boolean> eldest) {
-                        return size() > MAX_REMOVED;
-                    }
-                });
-        private static final int MAX_REMOVED = 100_000;
+        /**
+         * Executors Spark removed, in the order it removed them: the last {@link #MAX_REMOVED} (ids are short),
+         * numbered from {@code removedBase}; older ones are forgotten (a reader then learns of one when
+         * connecting to it fails). Registrations, removals and lookups hold {@code this}: the listener bus
+         * and the RPC dispatcher's threads call in concurrently.
+         */
+        private final java.util.ArrayDeque<String> removedLog = new java.util.ArrayDeque<>();
+        private final java.util.Set<String> removed = new java.util.HashSet<>();
+        private int removedBase;
+        static final int MAX_REMOVED = 100_000;
         static final int MAX_REMOVED_PER_REPLY = 10_000;
-        /** Removed executors in the order Spark removed them, for {@link RemovedSince} (bounded as above). */
-        private final java.util.List<String> removedLog = new java.util.concurrent.CopyOnWriteArrayList<>();
 
         public Endpoint(RpcEnv rpcEnv) {
             this.rpcEnv = rpcEnv;
@@ -106,21 +105,44 @@ public final class NodeDirectory {
          * Spark removed {@code executorId} (killed, lost, released by dynamic allocation or decommissioned):
          * lookups of it answer {@link #REMOVED} from now on, so readers do not connect to a node that is gone.
          */
-        public void executorRemoved(String executorId) {
-            if (removed.put(executorId, Boolean.TRUE) == null && removedLog.size() < MAX_REMOVED) {
-                removedLog.add(executorId);
+        public synchronized void executorRemoved(String executorId) {
+            if (removed.add(executorId)) {
+                removedLog.addLast(executorId);
+                if (removedLog.size() > MAX_REMOVED) {
+                    removed.remove(removedLog.removeFirst());
+                    removedBase++;
+                }
             }
             nodes.remove(executorId);
         }
 
-        private String[] removedSince(int from) {
+        private synchronized void register(String executorId, byte[] address) {
+            if (!removed.contains(executorId)) { // a late registration of a removed executor stays out
+                nodes.put(executorId, address.clone());
+            }
+        }
+
+        private synchronized byte[] lookup(String executorId) {
+            if (removed.contains(executorId)) {
+                return REMOVED;
+            }
+            byte[] a = nodes.get(executorId);
+            return a != null ? a : new byte[0];
+        }
+
+        /** The index of the first id, then the ids: from {@code from} on, or from the oldest still kept. */
+        private synchronized String[] removedSince(int from) {
             int n = removedLog.size();
-            int start = Math.max(0, Math.min(from, n));
-            int end = Math.min(n, start + MAX_REMOVED_PER_REPLY);
-            String[] reply = new String[1 + end - start];
-            reply[0] = Integer.toString(start);
-            for (int i = start; i < end; i++) {
-                reply[1 + i - start] = removedLog.get(i);
+            int skip = Math.max(0, Math.min(from - removedBase, n));
+            int count = Math.min(n - skip, MAX_REMOVED_PER_REPLY);
+            String[] reply = new String[1 + count];
+            reply[0] = Integer.toString(removedBase + skip);
+            java.util.Iterator<String> it = removedLog.iterator();
+            for (int i = 0; i < skip; i++) {
+                it.next();
+            }
+            for (int i = 0; i < count; i++) {
+                reply[1 + i] = it.next();
             }
             return reply;
         }
@@ -138,13 +160,10 @@ public final class NodeDirectory {
                 public <A1, B1> B1 applyOrElse(A1 m, Function1<A1, B1> otherwise) {
                     if (m instanceof Register r) {
                         NodeAddress.decode(ByteBuffer.wrap(r.address())); // refuse garbage early
-                        if (!removed.containsKey(r.executorId())) { // a late registration of a removed one
-                            nodes.put(r.executorId(), r.address().clone());
-                        }
+                        register(r.executorId(), r.address());
                         context.reply(Boolean.TRUE);
                     } else if (m instanceof Lookup l) {
-                        byte[] a = nodes.get(l.executorId());
-                        context.reply(a != null ? a : removed.containsKey(l.executorId()) ? REMOVED : new byte[0]);
+                        context.reply(lookup(l.executorId()));
                     } else if (m instanceof RemovedSince r) {
                         context.reply(removedSince(r.from()));
                     } else if (m instanceof Forget f) {
@@ -166,9 +185,14 @@ public final class NodeDirectory {
         private final Map<String, NodeAddress> cache = new ConcurrentHashMap<>();
         /** Executors Spark removed that this client has heard of, and how many of the driver's list it has. */
         private final java.util.Set<String> removedKnown = ConcurrentHashMap.newKeySet();
+        private final java.util.concurrent.locks.ReentrantLock refreshing = new java.util.concurrent.locks.ReentrantLock();
         private int removedSeen;
         private long removedAskedNanos;
         private static final long REMOVED_REFRESH_NANOS = 1_000_000_000L;
+        /** The longest a task waits for the driver about removals; past it, it goes on without the answer. */
+        private static final org.apache.spark.rpc.RpcTimeout REMOVED_TIMEOUT = new org.apache.spark.rpc.RpcTimeout(
+                scala.concurrent.duration.FiniteDuration.apply(5, java.util.concurrent.TimeUnit.SECONDS),
+                "rdma-shuffle's removed-executors query (5 s)");
 
         public Client(SparkConf conf, RpcEnv rpcEnv) {
             this.driver = RpcUtils$.MODULE$.makeDriverRef(ENDPOINT_NAME, conf, rpcEnv);
@@ -204,33 +228,46 @@ public final class NodeDirectory {
 
         /**
          * Learns the executors Spark removed since this client last asked, at most once a second (one small
-         * RPC to the driver): readers call it before choosing how to fetch when an external shuffle service
-         * serves removed executors' files, so they do not try to connect to nodes that are gone.
+         * RPC to the driver, at most 5 s; never two at once — a task that finds another asking goes on):
+         * readers call it before choosing how to fetch when an external shuffle service serves removed
+         * executors' files, so they do not try to connect to nodes that are gone.
+         *
+         * @return the cached nodes of executors learnt removed now, for the caller to forget what it holds of them
          */
-        public void refreshRemoved() {
-            synchronized (removedKnown) {
+        public java.util.List<NodeAddress> refreshRemoved() {
+            java.util.List<NodeAddress> forgotten = new java.util.ArrayList<>();
+            if (!refreshing.tryLock()) {
+                return forgotten; // another task asks right now: this one goes on with what is known
+            }
+            try {
                 long now = System.nanoTime();
                 if (removedAskedNanos != 0 && now - removedAskedNanos < REMOVED_REFRESH_NANOS) {
-                    return;
+                    return forgotten;
                 }
                 removedAskedNanos = now;
                 for (;;) {
                     String[] r;
                     try {
-                        r = (String[]) driver.askSync(new RemovedSince(removedSeen), ClassTag$.MODULE$.Any());
-                    } catch (RuntimeException e) { // readers then learn of a removal when connecting fails
+                        r = (String[]) driver.askSync(new RemovedSince(removedSeen), REMOVED_TIMEOUT,
+                                ClassTag$.MODULE$.Any());
+                    } catch (Exception e) { // RpcTimeoutException is checked: catch all; connecting tells later
                         LOG.debug("cannot ask the driver which executors were removed", e);
-                        return;
+                        return forgotten;
                     }
                     for (int i = 1; i < r.length; i++) {
                         removedKnown.add(r[i]);
-                        cache.remove(r[i]);
+                        NodeAddress a = cache.remove(r[i]);
+                        if (a != null) {
+                            forgotten.add(a);
+                        }
                     }
                     removedSeen = Integer.parseInt(r[0]) + r.length - 1;
                     if (r.length - 1 < Endpoint.MAX_REMOVED_PER_REPLY) {
-                        return;
+                        return forgotten;
                     }
                 }
+            } finally {
+                refreshing.unlock();
             }
         }
 
@@ -244,8 +281,9 @@ public final class NodeDirectory {
             cache.remove(executorId);
             boolean gone;
             try {
-                gone = find(executorId).removed();
-            } catch (RuntimeException e) {
+                byte[] enc = (byte[]) driver.askSync(new Lookup(executorId), REMOVED_TIMEOUT, ClassTag$.MODULE$.Any());
+                gone = java.util.Arrays.equals(enc, REMOVED);
+            } catch (Exception e) { // RpcTimeoutException is checked
                 LOG.debug("cannot ask the driver whether executor {} was removed", executorId, e);
                 return false;
             }

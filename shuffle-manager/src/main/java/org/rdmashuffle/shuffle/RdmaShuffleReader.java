@@ -101,7 +101,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         // its blocks go through Spark's client, the other executors' by READ.
         boolean ess = SparkInterop.externalShuffleService(SparkEnv.get().conf());
         if (ess) {
-            rt.directory.refreshRemoved(); // at most once a second per executor
+            rt.refreshRemoved(); // at most once a second per executor
         }
         List<Origin> local = new ArrayList<>();
         List<Origin> remote = new ArrayList<>();
@@ -133,7 +133,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             if (found.removed() || (ess && rt.directory.knownRemoved(bm.executorId()))) {
                 why = "Spark removed executor " + bm.executorId() + " at " + bm.hostPort();
                 if (!ess || never) {
-                    throw fetchFailed(blocks.get(0), new FetchFailure(null, why + (never ? " (fallback=never)"
+                    throw fetchFailed(blocks.get(0), new FetchFailure(null, why + (ess ? " (an external shuffle "
+                            + "service serves its files, but fallback=never keeps readers off Spark's path)"
                             : " and no external shuffle service serves its files"), null));
                 }
                 rt.noteSparkPath(bm.executorId(), why + "; the external shuffle service serves its files", true);
@@ -353,6 +354,11 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 if (block.unregistered()) {
                     String why = block.viaSparkReason();
                     releaseCurrent();
+                    if (why.equals(BlockFetcher.NOT_IN_TABLE) && rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
+                        throw fetchFailed(o, new FetchFailure(r, "executor " + o.address().executorId() + " does not "
+                                + "hold map output " + o.mapIndex() + " in its output table (migrated there by "
+                                + "decommissioning, or lost) and fallback=never keeps readers off Spark's path", null));
+                    }
                     rt.noteSparkPath(o.address().executorId(), why, why.equals(BlockFetcher.NOT_IN_TABLE));
                     unregistered.computeIfAbsent(o.address(), a -> new ArrayList<>()).add(o.tracked());
                     return null;

@@ -81,7 +81,12 @@ final class RdmaShuffleSource implements Source {
         long now = System.nanoTime();
         RdmaShuffleManager.ExecutorStats s = snapshot;
         if (s == null || now - snapshotAt > SNAPSHOT_NANOS) {
-            s = stats.get().orElse(null);
+            try {
+                s = stats.get().orElse(null);
+            } catch (RuntimeException e) { // a sink must not fail its whole report: keep the last snapshot
+                snapshotAt = now;
+                return s;
+            }
             snapshot = s;
             snapshotAt = now;
         }

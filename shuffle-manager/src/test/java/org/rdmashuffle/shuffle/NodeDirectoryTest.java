@@ -57,9 +57,24 @@ class NodeDirectoryTest {
             assertFalse(other.knownRemoved("2"));
             other.refreshRemoved();
             assertTrue(other.knownRemoved("2"), "a client learns removals in one ask");
-            endpoint.executorRemoved("3");
-            other.refreshRemoved();
-            assertFalse(other.knownRemoved("3"), "asked again within a second: not asked");
+            NodeAddress c = new NodeAddress("10.200.0.4", 40125, "tcp");
+            new NodeDirectory.Client(SparkEnv.get().conf(), rpc).register("4", c);
+            NodeDirectory.Client third = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
+            assertEquals(c, third.lookup("4"));
+            endpoint.executorRemoved("4");
+            assertEquals(java.util.List.of(c), third.refreshRemoved(), "the cached node of a removed executor is "
+                    + "handed back to be forgotten");
+            assertNull(third.lookup("4"));
+
+            // A long application: only the last MAX_REMOVED removals are kept, and handed out in pages.
+            for (int i = 0; i < NodeDirectory.Endpoint.MAX_REMOVED + 5; i++) {
+                endpoint.executorRemoved("x" + i);
+            }
+            NodeDirectory.Client late = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
+            late.refreshRemoved();
+            assertFalse(late.knownRemoved("x4"), "the oldest removals are forgotten");
+            assertTrue(late.knownRemoved("x5"));
+            assertTrue(late.knownRemoved("x" + (NodeDirectory.Endpoint.MAX_REMOVED + 4)));
             assertEquals(0, endpoint.size());
         }
     }

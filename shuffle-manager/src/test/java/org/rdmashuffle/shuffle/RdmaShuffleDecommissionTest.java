@@ -30,7 +30,9 @@ class RdmaShuffleDecommissionTest {
                 .set("spark.decommission.enabled", "true")
                 .set("spark.storage.decommission.enabled", "true")
                 .set("spark.storage.decommission.shuffleBlocks.enabled", "true")
-                .set("spark.storage.decommission.rddBlocks.enabled", "false");
+                .set("spark.storage.decommission.rddBlocks.enabled", "false")
+                // spread reduce tasks over both remaining executors, so migrated outputs are read remotely too
+                .set("spark.locality.wait", "0").set("spark.shuffle.reduceLocality.enabled", "false");
         try (LocalCluster cluster = new LocalCluster(conf)) {
             JavaPairRDD<Integer, Long> grouped = ShuffleJobs.pairs(cluster.sc, 120_000, 12, 4_000)
                     .groupByKey(6).mapValues(ShuffleJobs::digest);
@@ -75,6 +77,7 @@ class RdmaShuffleDecommissionTest {
                     - RdmaShuffleExternalShuffleServiceTest.sum(before, s -> s.node().readsCompleted())
                     + before.get(leaving).stats().node().readsCompleted();
             assertTrue(reads > 0, "the outputs that stayed home were not READ");
+            assertTrue(viaSpark > 0, "no migrated output was fetched through Spark's client from its new home");
             assertTrue(viaSpark < 6L * 12, "every block came through Spark's client: whole tasks fell back");
         }
     }

@@ -17,7 +17,6 @@ import java.util.regex.Pattern;
 import org.apache.spark.SparkConf;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 /**
  * rdma-shuffle's metrics source, read from a running application the way operators read Spark's: the
@@ -60,8 +59,9 @@ class RdmaShuffleMetricsTest {
 
     @Test
     @Timeout(300)
-    void shouldReportReadsPoolAndRegistrationsThroughSparksServletsAndEveryExecutorsSinks(@TempDir Path csv)
-            throws Exception {
+    void shouldReportReadsPoolAndRegistrationsThroughSparksServletsAndEveryExecutorsSinks() throws Exception {
+        // Not a @TempDir: executors' sinks may write a last report after the application stopped.
+        Path csv = Files.createTempDirectory("rdma-shuffle-metrics-");
         SparkConf conf = LocalCluster.conf(true)
                 .set("spark.ui.enabled", "true").set("spark.ui.port", "0")
                 .set("spark.metrics.conf.*.sink.prometheusServlet.class",
@@ -117,6 +117,10 @@ class RdmaShuffleMetricsTest {
             assertTrue(p.find(), "no rdmaShuffle directoryNodes line in " + ui + "/metrics/prometheus");
             assertEquals(LocalCluster.EXECUTORS, Integer.parseInt(p.group(1)));
             assertTrue(prometheus.contains("rdmaShuffle_pool_registeredBytes"));
+        } finally {
+            try (java.util.stream.Stream<Path> files = Files.walk(csv)) {
+                files.sorted(java.util.Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
+            }
         }
     }
 }
