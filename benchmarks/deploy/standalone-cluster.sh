@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
     --modes) modes=$2; shift 2 ;;
     --records) records=$2; shift 2 ;;
     --sql-rows) sql_rows=$2; shift 2 ;;
-    *) sed -n '2,32p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,33p' "$0" >&2; exit 2 ;;
   esac
 done
 if [ "$(id -u)" != 0 ]; then echo "needs root (ip netns)" >&2; exit 1; fi
