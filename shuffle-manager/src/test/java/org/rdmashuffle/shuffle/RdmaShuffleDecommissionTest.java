@@ -31,6 +31,7 @@ class RdmaShuffleDecommissionTest {
                 .set("spark.storage.decommission.enabled", "true")
                 .set("spark.storage.decommission.shuffleBlocks.enabled", "true")
                 .set("spark.storage.decommission.rddBlocks.enabled", "false")
+                .set("spark.storage.decommission.replicationReattemptInterval", "1s") // default 30 s between checks
                 // spread reduce tasks over both remaining executors, so migrated outputs are read remotely too
                 .set("spark.locality.wait", "0").set("spark.shuffle.reduceLocality.enabled", "false");
         try (LocalCluster cluster = new LocalCluster(conf)) {
