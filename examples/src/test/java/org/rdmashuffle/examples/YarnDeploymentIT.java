@@ -1,6 +1,7 @@
 package org.rdmashuffle.examples;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
@@ -22,6 +23,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.stream.Stream;
+import java.util.zip.ZipFile;
 import org.apache.commons.lang3.exception.ExceptionUtils;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
@@ -53,7 +55,8 @@ import org.junit.jupiter.params.provider.ValueSource;
  * result equal to the driver's own computation, the shuffle manager in place (no fallback) on the
  * driver and both executors, and READs completed by every executor. On failure the message carries
  * the end of spark-submit's output and of every container's log; all of them stay under
- * {@code target/yarn-deploy} and {@code target/rdma-shuffle-yarn}.
+ * {@code target/yarn-deploy} (spark-submit's output, the job's results, the staging directories) and
+ * {@code target/test/data/rdma-shuffle-yarn} (the NodeManagers' local and log directories).
  */
 class YarnDeploymentIT {
     private static final String RDMA_MANAGER = "org.rdmashuffle.shuffle.RdmaShuffleManager";
@@ -158,6 +161,14 @@ class YarnDeploymentIT {
         String appJar = existing("rdma.deploy.appJar");
         String pluginJar = existing("rdma.deploy.pluginJar");
         String javaHome = System.getProperty("java.home");
+        // The plugin must reach the driver and the executors through --jars alone.
+        assertFalse(containsManager(Path.of(appJar)), appJar + " holds the shuffle manager");
+        try (Stream<Path> jars = Files.list(sparkHome.resolve("jars"))) {
+            for (Path jar : (Iterable<Path>) jars::iterator) {
+                assertFalse(containsManager(jar), jar + " in SPARK_HOME holds the shuffle manager");
+            }
+        }
+        assertTrue(containsManager(Path.of(pluginJar)), pluginJar + " lacks the shuffle manager");
 
         Map<String, String> env = new HashMap<>();
         env.put("HADOOP_CONF_DIR", hadoopConf.toString());
@@ -251,6 +262,12 @@ class YarnDeploymentIT {
             if (!handle.getState().isFinal()) {
                 kill(handle, appId);
             }
+        }
+    }
+
+    private static boolean containsManager(Path jar) throws IOException {
+        try (ZipFile zip = new ZipFile(jar.toFile())) {
+            return zip.getEntry(RDMA_MANAGER.replace('.', '/') + ".class") != null;
         }
     }
 
