@@ -55,8 +55,8 @@ import org.junit.jupiter.params.provider.ValueSource;
  * result equal to the driver's own computation, the shuffle manager in place (no fallback) on the
  * driver and both executors, and READs completed by every executor. On failure the message carries
  * the end of spark-submit's output and of every container's log; all of them stay under
- * {@code target/yarn-deploy} (spark-submit's output, the job's results, the staging directories) and
- * {@code target/test/data/rdma-shuffle-yarn} (the NodeManagers' local and log directories).
+ * {@code target/yarn-deploy} (per deploy mode: spark-submit's output, the job's results, the staging
+ * directory; {@code yarn/}: the NodeManagers' local and log directories), emptied when the test starts.
  */
 class YarnDeploymentIT {
     private static final String RDMA_MANAGER = "org.rdmashuffle.shuffle.RdmaShuffleManager";
@@ -69,6 +69,7 @@ class YarnDeploymentIT {
     private static Path hadoopConf;
     private static MiniYARNCluster yarn;
     private static YarnClient yarnClient;
+    private static String previousTestData;
 
     @BeforeAll
     static void startYarn() throws Exception {
@@ -110,6 +111,9 @@ class YarnDeploymentIT {
         conf.setFloat("yarn.scheduler.capacity.maximum-am-resource-percent", 0.5f);
         conf.setInt("yarn.scheduler.capacity.node-locality-delay", -1);
 
+        // The NodeManagers' local and log directories: under the work directory too (Hadoop's test
+        // utilities put them under test.build.data), so that each run starts clean.
+        previousTestData = System.setProperty("test.build.data", work.resolve("yarn").toString());
         yarn = new MiniYARNCluster("rdma-shuffle-yarn", 2, 1, 1);
         try {
             yarn.init(conf);
@@ -148,6 +152,11 @@ class YarnDeploymentIT {
         }
         if (yarn != null) {
             yarn.stop();
+        }
+        if (previousTestData == null) {
+            System.clearProperty("test.build.data");
+        } else {
+            System.setProperty("test.build.data", previousTestData);
         }
     }
 
