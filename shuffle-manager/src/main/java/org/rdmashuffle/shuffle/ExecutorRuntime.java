@@ -37,6 +37,10 @@ final class ExecutorRuntime implements AutoCloseable {
     final NodeDirectory.Client directory;
     final String executorId;
     private final Map<Integer, ShuffleOutputTable> tables = new ConcurrentHashMap<>();
+    /** Shuffles unregistered here (the most recent ones), so late map tasks cannot recreate their tables. */
+    private final java.util.concurrent.ConcurrentSkipListSet<Integer> unregistered =
+            new java.util.concurrent.ConcurrentSkipListSet<>();
+    private static final int MAX_UNREGISTERED_REMEMBERED = 100_000;
     private final Map<String, RegionDescriptor> remoteTables = new ConcurrentHashMap<>();
     private final Map<Integer, MetadataCache> metadataCaches = new ConcurrentHashMap<>();
     private final LongAdder controlBytesRead = new LongAdder();
@@ -88,12 +92,20 @@ final class ExecutorRuntime implements AutoCloseable {
         return t == null ? null : t.descriptor();
     }
 
+    /**
+     * The output table of {@code shuffleId}, created on first use; null when the shuffle was unregistered
+     * here already (a map task still running when Spark cleaned its shuffle — a cancelled stage, a zombie
+     * attempt — must not bring back a table nobody will remove).
+     */
     ShuffleOutputTable table(int shuffleId, int numMaps) throws IOException {
         ShuffleOutputTable t = tables.get(shuffleId);
         if (t != null) {
             return t;
         }
         synchronized (tables) {
+            if (unregistered.contains(shuffleId)) {
+                return null;
+            }
             t = tables.get(shuffleId);
             if (t == null) {
                 t = new ShuffleOutputTable(node, shuffleId, numMaps);
@@ -118,6 +130,11 @@ final class ExecutorRuntime implements AutoCloseable {
         }
         try {
             table = table(shuffleId, numMaps);
+            if (table == null) {
+                LOG.debug("map output {} of shuffle {} committed after the shuffle was unregistered: not registered",
+                        mapIndex, shuffleId);
+                return;
+            }
         } catch (IOException | RuntimeException e) {
             // No table to publish in: every output of the shuffle on this executor — also later ones, or
             // readers would find this one's slot empty — is read through Spark's path.
@@ -310,7 +327,14 @@ final class ExecutorRuntime implements AutoCloseable {
     }
 
     void unregisterShuffle(int shuffleId) {
-        ShuffleOutputTable t = tables.remove(shuffleId);
+        ShuffleOutputTable t;
+        synchronized (tables) { // with table(): no table of this shuffle can be created after this
+            unregistered.add(shuffleId);
+            while (unregistered.size() > MAX_UNREGISTERED_REMEMBERED) {
+                unregistered.pollFirst(); // shuffle ids grow: the oldest are the least likely to come back
+            }
+            t = tables.remove(shuffleId);
+        }
         if (t != null) {
             t.close();
         }
