@@ -236,6 +236,38 @@ final class LocalCluster implements AutoCloseable {
         return byExecutor;
     }
 
+    /** Executor ids Spark has now (the driver excluded). */
+    List<String> executorIds() {
+        return new ArrayList<>(scala.jdk.javaapi.CollectionConverters.asJava(sc.sc().getExecutorIds()));
+    }
+
+    /** One executor of {@code probes} that holds an output table (map outputs of a shuffle), or fails. */
+    static String holdingOutputs(Map<String, ExecutorProbe> probes) {
+        for (ExecutorProbe p : probes.values()) {
+            if (p.stats() != null && !p.stats().shuffles().isEmpty()) {
+                return p.executorId();
+            }
+        }
+        throw new AssertionError("no executor holds map outputs: " + probes.keySet());
+    }
+
+    /**
+     * How much {@code counter} grew over executors between two probes; an executor gone since
+     * {@code before} counts as having stopped at its value there.
+     */
+    static long growth(Map<String, ExecutorProbe> before, Map<String, ExecutorProbe> after,
+                       java.util.function.ToLongFunction<RdmaShuffleManager.ExecutorStats> counter) {
+        long sum = 0;
+        for (ExecutorProbe p : after.values()) {
+            if (p.stats() != null) {
+                ExecutorProbe b = before.get(p.executorId());
+                sum += counter.applyAsLong(p.stats()) - (b == null || b.stats() == null ? 0
+                        : counter.applyAsLong(b.stats()));
+            }
+        }
+        return sum;
+    }
+
     static byte[] javaSerialize(Serializable o) throws IOException {
         ByteArrayOutputStream b = new ByteArrayOutputStream();
         try (ObjectOutputStream out = new ObjectOutputStream(b)) {

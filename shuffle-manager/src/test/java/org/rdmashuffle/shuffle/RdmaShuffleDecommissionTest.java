@@ -40,24 +40,18 @@ class RdmaShuffleDecommissionTest {
             Map<Integer, Long> first = new TreeMap<>(grouped.collectAsMap());
             assertEquals(4_000, first.size());
             Map<String, LocalCluster.ExecutorProbe> before = cluster.probe(3);
-            String leaving = null;
-            for (LocalCluster.ExecutorProbe p : before.values()) {
-                if (p.stats() != null && !p.stats().shuffles().isEmpty()) {
-                    leaving = p.executorId();
-                }
-            }
-            assertTrue(leaving != null, "no executor holds map outputs: " + before.keySet());
+            String leaving = LocalCluster.holdingOutputs(before);
 
             ExecutorAllocationClient backend = (ExecutorAllocationClient) cluster.sc.sc().schedulerBackend();
             assertTrue(backend.decommissionExecutor(leaving,
                     new ExecutorDecommissionInfo("test decommissions it", Option.empty()), true, false),
                     "Spark did not accept decommissioning executor " + leaving);
             long deadline = System.nanoTime() + 120_000_000_000L;
-            while (RdmaShuffleExternalShuffleServiceTest.executorIds(cluster).contains(leaving)
+            while (cluster.executorIds().contains(leaving)
                     && System.nanoTime() < deadline) {
                 Thread.sleep(200);
             }
-            assertTrue(!RdmaShuffleExternalShuffleServiceTest.executorIds(cluster).contains(leaving),
+            assertTrue(!cluster.executorIds().contains(leaving),
                     "executor " + leaving + " did not leave within 120 s of its decommissioning");
             cluster.drainEvents();
             int stagesBefore = cluster.recorder.stages.size();
@@ -70,13 +64,8 @@ class RdmaShuffleDecommissionTest {
             assertTrue(cluster.recorder.fetchFailures.isEmpty(), "fetch failures: " + cluster.recorder.fetchFailures);
 
             Map<String, LocalCluster.ExecutorProbe> after = cluster.probe(2);
-            long viaSpark = RdmaShuffleExternalShuffleServiceTest.sum(after,
-                    RdmaShuffleManager.ExecutorStats::blocksViaSpark)
-                    - RdmaShuffleExternalShuffleServiceTest.sum(before, RdmaShuffleManager.ExecutorStats::blocksViaSpark)
-                    + before.get(leaving).stats().blocksViaSpark();
-            long reads = RdmaShuffleExternalShuffleServiceTest.sum(after, s -> s.node().readsCompleted())
-                    - RdmaShuffleExternalShuffleServiceTest.sum(before, s -> s.node().readsCompleted())
-                    + before.get(leaving).stats().node().readsCompleted();
+            long viaSpark = LocalCluster.growth(before, after, RdmaShuffleManager.ExecutorStats::blocksViaSpark);
+            long reads = LocalCluster.growth(before, after, s -> s.node().readsCompleted());
             assertTrue(reads > 0, "the outputs that stayed home were not READ");
             assertTrue(viaSpark > 0, "no migrated output was fetched through Spark's client from its new home");
             assertTrue(viaSpark < 6L * 12, "every block came through Spark's client: whole tasks fell back");

@@ -60,10 +60,10 @@ class RdmaShuffleDynamicAllocationTest {
             Map<Integer, Long> want = expected(100_000, 3_000);
             assertEquals(want, new TreeMap<>(grouped.collectAsMap()));
             // The idle executor without outputs goes; the one holding them stays past many idle timeouts.
-            await(() -> RdmaShuffleExternalShuffleServiceTest.executorIds(cluster).size() == 1, 60,
+            await(() -> cluster.executorIds().size() == 1, 60,
                     "the executor without shuffle outputs was not released");
             Thread.sleep(8_000); // four idle timeouts
-            List<String> left = RdmaShuffleExternalShuffleServiceTest.executorIds(cluster);
+            List<String> left = cluster.executorIds();
             assertEquals(1, left.size(), "executors now: " + left);
             // (probing runs tasks, and their backlog may bring an executor back: asked only now)
             RdmaShuffleManager.ExecutorStats holder = cluster.probe(1).get(left.get(0)).stats();
@@ -88,7 +88,7 @@ class RdmaShuffleDynamicAllocationTest {
             // Cleaned: nothing holds the executors any more, and every one goes.
             cluster.sc.sc().cleaner().get().doCleanupShuffle(shuffleId, true);
             // (the executors still there from the job above hold its outputs, and only those)
-            await(() -> RdmaShuffleExternalShuffleServiceTest.executorIds(cluster).isEmpty(), 60,
+            await(() -> cluster.executorIds().isEmpty(), 60,
                     "executors were not released after their shuffle was cleaned");
 
             // And a new job scales up from none, shuffling correctly.

@@ -3,7 +3,6 @@ package org.rdmashuffle.shuffle;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -25,16 +24,6 @@ import scala.jdk.javaapi.CollectionConverters;
  * INFO line) and READ the rest — no fetch failure, no rerun of the map stage.
  */
 class RdmaShuffleExternalShuffleServiceTest {
-
-    /** Executor ids Spark has now (the driver excluded). */
-    static List<String> executorIds(LocalCluster cluster) {
-        return new ArrayList<>(CollectionConverters.asJava(cluster.sc.sc().getExecutorIds()));
-    }
-
-    static long sum(Map<String, LocalCluster.ExecutorProbe> probes,
-                    java.util.function.ToLongFunction<RdmaShuffleManager.ExecutorStats> f) {
-        return probes.values().stream().filter(p -> p.stats() != null).mapToLong(p -> f.applyAsLong(p.stats())).sum();
-    }
 
     @Test
     @Timeout(300)
@@ -59,13 +48,7 @@ class RdmaShuffleExternalShuffleServiceTest {
                 Map<Integer, Long> first = new TreeMap<>(grouped.collectAsMap());
                 assertEquals(4_000, first.size());
                 Map<String, LocalCluster.ExecutorProbe> before = cluster.probe(3);
-                String gone = null;
-                for (LocalCluster.ExecutorProbe p : before.values()) {
-                    if (p.stats() != null && !p.stats().shuffles().isEmpty()) {
-                        gone = p.executorId(); // one that holds map outputs of the shuffle
-                    }
-                }
-                assertTrue(gone != null, "no executor holds map outputs: " + before.keySet());
+                String gone = LocalCluster.holdingOutputs(before);
                 int shuffleId = before.get(gone).stats().shuffles().get(0);
                 long goneBlocks = 0; // the non-empty blocks its map outputs hold, as the driver tracks them
                 scala.collection.Iterator<scala.Tuple2<org.apache.spark.storage.BlockManagerId,
@@ -84,10 +67,10 @@ class RdmaShuffleExternalShuffleServiceTest {
 
                 assertTrue(cluster.sc.sc().killExecutor(gone), "Spark did not accept killing executor " + gone);
                 long deadline = System.nanoTime() + 60_000_000_000L;
-                while (executorIds(cluster).contains(gone) && System.nanoTime() < deadline) {
+                while (cluster.executorIds().contains(gone) && System.nanoTime() < deadline) {
                     Thread.sleep(100);
                 }
-                assertTrue(!executorIds(cluster).contains(gone), "executor " + gone + " still there after 60 s");
+                assertTrue(!cluster.executorIds().contains(gone), "executor " + gone + " still there after 60 s");
                 cluster.drainEvents();
                 int stagesBefore = cluster.recorder.stages.size();
 
@@ -100,15 +83,12 @@ class RdmaShuffleExternalShuffleServiceTest {
 
                 Map<String, LocalCluster.ExecutorProbe> after = cluster.probe(2);
                 assertTrue(!after.containsKey(gone));
-                long viaSpark = sum(after, RdmaShuffleManager.ExecutorStats::blocksViaSpark)
-                        - sum(before, RdmaShuffleManager.ExecutorStats::blocksViaSpark)
-                        + before.get(gone).stats().blocksViaSpark();
-                long reads = sum(after, s -> s.node().readsCompleted()) - sum(before, s -> s.node().readsCompleted())
-                        + before.get(gone).stats().node().readsCompleted();
+                long viaSpark = LocalCluster.growth(before, after, RdmaShuffleManager.ExecutorStats::blocksViaSpark);
+                long reads = LocalCluster.growth(before, after, s -> s.node().readsCompleted());
                 assertEquals(goneBlocks, viaSpark, "exactly the removed executor's blocks come through Spark's "
                         + "client (fewer: some were READ from a node that is gone; more: whole tasks fell back)");
                 assertTrue(reads > 0, "the remaining executors' blocks were not READ");
-                assertEquals(0, sum(after, RdmaShuffleManager.ExecutorStats::receiveMemoryFallbacks));
+                assertEquals(0, LocalCluster.growth(before, after, RdmaShuffleManager.ExecutorStats::receiveMemoryFallbacks));
             }
         }
     }
