@@ -2,11 +2,13 @@ package org.rdmashuffle.shuffle;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import org.apache.spark.SparkConf;
+import org.apache.spark.SparkEnv;
 import org.apache.spark.api.java.JavaPairRDD;
 import org.apache.spark.network.TransportContext;
 import org.apache.spark.network.netty.SparkTransportConf$;
@@ -21,27 +23,113 @@ import scala.jdk.javaapi.CollectionConverters;
 /**
  * With Spark's external shuffle service on, an executor that goes keeps its map outputs available:
  * the service serves its files. Readers take just that executor's blocks through Spark's client (one
- * INFO line) and READ the rest — no fetch failure, no rerun of the map stage.
+ * INFO line) and READ the rest — no fetch failure, no rerun of the map stage; and a reader whose READs
+ * fail (a frozen executor) fetches the rest through the service instead of failing the fetch.
  */
 class RdmaShuffleExternalShuffleServiceTest {
+
+    /** Spark's external shuffle service, as a NodeManager's or a standalone Worker's runs, in this JVM. */
+    private static final class Service implements AutoCloseable {
+        final TransportContext context;
+        final TransportServer server;
+
+        Service() throws java.io.IOException {
+            SparkConf serviceConf = new SparkConf().set("spark.shuffle.service.enabled", "true");
+            TransportConf transport = SparkTransportConf$.MODULE$.fromSparkConf(serviceConf, "shuffle", 2,
+                    Option.empty(), Option.empty());
+            context = new TransportContext(transport, new ExternalBlockHandler(transport, null));
+            server = context.createServer();
+        }
+
+        /** Three executors registered with this service (local-cluster workers do not start one). */
+        SparkConf clusterConf() {
+            return LocalCluster.conf(true).setMaster("local-cluster[3,1,1024]")
+                    .set("spark.shuffle.service.enabled", "true")
+                    .set("spark.shuffle.service.port", Integer.toString(server.getPort()))
+                    // every executor is on 127.0.0.1: without this Spark would read the files from disk
+                    // instead of asking the service
+                    .set("spark.shuffle.readHostLocalDisk", "false");
+        }
+
+        @Override
+        public void close() {
+            server.close();
+            context.close();
+        }
+    }
+
+    /**
+     * A serving executor frozen (SIGSTOP) while others READ from it, the service still up: their READs
+     * time out, and instead of failing the fetch (a map rerun) the tasks fetch their remaining blocks
+     * through Spark's client and the service — every record right, no fetch failure, no stage retry.
+     */
+    @Test
+    @Timeout(400)
+    void shouldFetchTheRestThroughTheServiceInsteadOfFailingWhenReadsFromAFrozenExecutorTimeOut() throws Exception {
+        assumeTrue(new java.io.File("/bin/kill").canExecute() || new java.io.File("/usr/bin/kill").canExecute(),
+                "needs kill(1) to freeze an executor");
+        try (Service service = new Service();
+             LocalCluster cluster = new LocalCluster(service.clusterConf()
+                     .set("spark.shuffle.rdma.requestTimeout", "3s"))) {
+            JavaPairRDD<Integer, byte[]> shuffled = RdmaShuffleTaskEndTest.records(cluster.sc)
+                    .partitionBy(new org.apache.spark.HashPartitioner(12));
+            List<String> expected = RdmaShuffleTaskEndTest.digests(shuffled); // map outputs on all three
+            Map<String, LocalCluster.ExecutorProbe> before = cluster.probe(3);
+            String frozen = LocalCluster.holdingOutputs(before);
+            long pid = -1;
+            for (int round = 0; round < 20 && pid < 0; round++) {
+                for (String e : cluster.sc.parallelize(List.of(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11), 12).map(i ->
+                        SparkEnv.get().executorId() + "=" + ProcessHandle.current().pid()).collect()) {
+                    if (e.startsWith(frozen + "=")) {
+                        pid = Long.parseLong(e.substring(frozen.length() + 1));
+                    }
+                }
+            }
+            assertTrue(pid > 0, "no task ran on executor " + frozen);
+            final long frozenPid = pid;
+            int stagesBefore = cluster.recorder.stages.size();
+            signal("STOP", frozenPid);
+            Thread thaw = new Thread(() -> {
+                try {
+                    Thread.sleep(20_000);
+                    signal("CONT", frozenPid);
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            thaw.start();
+            List<String> got;
+            try {
+                got = RdmaShuffleTaskEndTest.digests(shuffled); // the same map outputs, one holder frozen
+            } finally {
+                thaw.join();
+            }
+            assertEquals(expected, got);
+            List<LocalCluster.StageShuffle> stages = cluster.stagesSince(stagesBefore);
+            assertEquals(1, stages.size(), "only the reduce stage ran, once: " + stages);
+            assertTrue(cluster.recorder.fetchFailures.isEmpty(), "fetch failures: " + cluster.recorder.fetchFailures);
+            Map<String, LocalCluster.ExecutorProbe> after = cluster.probe(3);
+            long viaSpark = 0;
+            for (LocalCluster.ExecutorProbe p : after.values()) {
+                if (!p.executorId().equals(frozen)) {
+                    viaSpark += p.stats().blocksViaSpark() - before.get(p.executorId()).stats().blocksViaSpark();
+                }
+            }
+            assertTrue(viaSpark > 0, "no reader fetched through the service after its READs timed out");
+        }
+    }
+
+    private static void signal(String sig, long pid) throws java.io.IOException, InterruptedException {
+        Process p = new ProcessBuilder("kill", "-" + sig, Long.toString(pid)).inheritIO().start();
+        assertTrue(p.waitFor(10, java.util.concurrent.TimeUnit.SECONDS) && p.exitValue() == 0,
+                "kill -" + sig + " " + pid + " failed");
+    }
 
     @Test
     @Timeout(300)
     void shouldReadARemovedExecutorsBlocksThroughTheServiceAndTheRestByReadWithoutRerunningMaps() throws Exception {
-        // The service, as a NodeManager's or a standalone Worker's would run, in this JVM (local-cluster
-        // workers do not start one): every executor registers its shuffle directories with it.
-        SparkConf serviceConf = new SparkConf().set("spark.shuffle.service.enabled", "true");
-        TransportConf transport = SparkTransportConf$.MODULE$.fromSparkConf(serviceConf, "shuffle", 2, Option.empty(),
-                Option.empty());
-        ExternalBlockHandler handler = new ExternalBlockHandler(transport, null);
-        try (TransportContext context = new TransportContext(transport, handler);
-             TransportServer service = context.createServer()) {
-            SparkConf conf = LocalCluster.conf(true).setMaster("local-cluster[3,1,1024]")
-                    .set("spark.shuffle.service.enabled", "true")
-                    .set("spark.shuffle.service.port", Integer.toString(service.getPort()))
-                    // every executor is on 127.0.0.1: without this Spark would read the files from disk
-                    // instead of asking the service
-                    .set("spark.shuffle.readHostLocalDisk", "false");
+        try (Service service = new Service()) {
+            SparkConf conf = service.clusterConf();
             try (LocalCluster cluster = new LocalCluster(conf)) {
                 JavaPairRDD<Integer, Long> grouped = ShuffleJobs.pairs(cluster.sc, 120_000, 12, 4_000)
                         .groupByKey(6).mapValues(ShuffleJobs::digest);
