@@ -236,6 +236,59 @@ final class LocalCluster implements AutoCloseable {
         return byExecutor;
     }
 
+    /** Each executor's process id, keyed by executor id (tasks are spread until {@code executors} answered). */
+    Map<String, Long> executorPids(int executors) {
+        Map<String, Long> pids = new TreeMap<>();
+        for (int round = 0; round < 20 && pids.size() < executors; round++) {
+            List<Integer> slots = IntStream.range(0, 8 * executors).boxed().toList();
+            for (String s : sc.parallelize(slots, slots.size())
+                    .map(i -> SparkEnv.get().executorId() + "=" + ProcessHandle.current().pid()).collect()) {
+                String[] kv = s.split("=");
+                pids.put(kv[0], Long.parseLong(kv[1]));
+            }
+        }
+        if (pids.size() < executors) {
+            throw new AssertionError("only executors " + pids.keySet() + " ran tasks");
+        }
+        return pids;
+    }
+
+    /**
+     * Runs {@code work} while the process {@code pid} is frozen (SIGSTOP), thawing it (SIGCONT) after
+     * {@code frozenMs} whether or not {@code work} is done, and waits for both.
+     */
+    static <T> T whileFrozen(long pid, long frozenMs, java.util.concurrent.Callable<T> work) throws Exception {
+        signal("STOP", pid);
+        Thread thaw = new Thread(() -> {
+            try {
+                Thread.sleep(frozenMs);
+                signal("CONT", pid);
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        thaw.start();
+        try {
+            return work.call();
+        } finally {
+            thaw.join();
+        }
+    }
+
+    /** Sends {@code sig} to {@code pid} with kill(1). */
+    static void signal(String sig, long pid) throws IOException, InterruptedException {
+        Process p = new ProcessBuilder("kill", "-" + sig, Long.toString(pid)).inheritIO().start();
+        if (!p.waitFor(10, java.util.concurrent.TimeUnit.SECONDS) || p.exitValue() != 0) {
+            throw new AssertionError("kill -" + sig + " " + pid + " failed");
+        }
+    }
+
+    /** Skips the calling test when kill(1) is missing. */
+    static void assumeKill() {
+        assumeTrue(new File("/bin/kill").canExecute() || new File("/usr/bin/kill").canExecute(),
+                "needs kill(1) to freeze an executor");
+    }
+
     /** Executor ids Spark has now (the driver excluded). */
     List<String> executorIds() {
         return new ArrayList<>(scala.jdk.javaapi.CollectionConverters.asJava(sc.sc().getExecutorIds()));

@@ -2,13 +2,11 @@ package org.rdmashuffle.shuffle;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import org.apache.spark.SparkConf;
-import org.apache.spark.SparkEnv;
 import org.apache.spark.api.java.JavaPairRDD;
 import org.apache.spark.network.TransportContext;
 import org.apache.spark.network.netty.SparkTransportConf$;
@@ -66,8 +64,7 @@ class RdmaShuffleExternalShuffleServiceTest {
     @Test
     @Timeout(400)
     void shouldFetchTheRestThroughTheServiceInsteadOfFailingWhenReadsFromAFrozenExecutorTimeOut() throws Exception {
-        assumeTrue(new java.io.File("/bin/kill").canExecute() || new java.io.File("/usr/bin/kill").canExecute(),
-                "needs kill(1) to freeze an executor");
+        LocalCluster.assumeKill();
         try (Service service = new Service();
              LocalCluster cluster = new LocalCluster(service.clusterConf()
                      .set("spark.shuffle.rdma.requestTimeout", "3s"))) {
@@ -76,34 +73,10 @@ class RdmaShuffleExternalShuffleServiceTest {
             List<String> expected = RdmaShuffleTaskEndTest.digests(shuffled); // map outputs on all three
             Map<String, LocalCluster.ExecutorProbe> before = cluster.probe(3);
             String frozen = LocalCluster.holdingOutputs(before);
-            long pid = -1;
-            for (int round = 0; round < 20 && pid < 0; round++) {
-                for (String e : cluster.sc.parallelize(List.of(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11), 12).map(i ->
-                        SparkEnv.get().executorId() + "=" + ProcessHandle.current().pid()).collect()) {
-                    if (e.startsWith(frozen + "=")) {
-                        pid = Long.parseLong(e.substring(frozen.length() + 1));
-                    }
-                }
-            }
-            assertTrue(pid > 0, "no task ran on executor " + frozen);
-            final long frozenPid = pid;
+            long pid = cluster.executorPids(3).get(frozen);
             int stagesBefore = cluster.recorder.stages.size();
-            signal("STOP", frozenPid);
-            Thread thaw = new Thread(() -> {
-                try {
-                    Thread.sleep(20_000);
-                    signal("CONT", frozenPid);
-                } catch (Exception e) {
-                    throw new IllegalStateException(e);
-                }
-            });
-            thaw.start();
-            List<String> got;
-            try {
-                got = RdmaShuffleTaskEndTest.digests(shuffled); // the same map outputs, one holder frozen
-            } finally {
-                thaw.join();
-            }
+            // the same map outputs, one holder frozen for 20 s
+            List<String> got = LocalCluster.whileFrozen(pid, 20_000, () -> RdmaShuffleTaskEndTest.digests(shuffled));
             assertEquals(expected, got);
             List<LocalCluster.StageShuffle> stages = cluster.stagesSince(stagesBefore);
             assertEquals(1, stages.size(), "only the reduce stage ran, once: " + stages);
@@ -119,11 +92,6 @@ class RdmaShuffleExternalShuffleServiceTest {
         }
     }
 
-    private static void signal(String sig, long pid) throws java.io.IOException, InterruptedException {
-        Process p = new ProcessBuilder("kill", "-" + sig, Long.toString(pid)).inheritIO().start();
-        assertTrue(p.waitFor(10, java.util.concurrent.TimeUnit.SECONDS) && p.exitValue() == 0,
-                "kill -" + sig + " " + pid + " failed");
-    }
 
     @Test
     @Timeout(300)
