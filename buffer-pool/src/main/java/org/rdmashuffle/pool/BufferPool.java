@@ -439,7 +439,7 @@ public final class BufferPool implements AutoCloseable {
     private Chunk newChunk(int cls, int bytes) {
         ByteBuffer memory;
         try {
-            memory = ByteBuffer.allocateDirect(bytes);
+            memory = DirectMemory.allocateUnzeroed(bytes); // not zeroed: every READ writes what is then read
         } catch (OutOfMemoryError e) {
             // The error's message, not the error: Spark kills an executor whose task failure has an
             // OutOfMemoryError anywhere in its cause chain, and this one is the pool's to handle.
