@@ -25,8 +25,8 @@ import org.slf4j.LoggerFactory;
 
 /**
  * What one executor runs for the shuffle: its node, its receive-buffer pool, its output tables
- * (one per shuffle) and its client of the driver's node directory. Started on first use, after the
- * executor's SparkEnv and BlockManager exist; closed in reverse order.
+ * (one per shuffle) and its client of the driver's node directory. Started once the executor's SparkEnv
+ * and BlockManager exist (early, on a thread of its own, or at first use); closed in reverse order.
  */
 final class ExecutorRuntime implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ExecutorRuntime.class);
@@ -67,11 +67,13 @@ final class ExecutorRuntime implements AutoCloseable {
             secret = env.securityManager().getSecretKey().getBytes(StandardCharsets.UTF_8);
         }
         NodeOptions options = new NodeOptions(host, host, ControlProtocol.tables(this::localTable), secret);
+        // The driver's directory first: it answers in a round trip, and an early start that finds it not up
+        // yet (see RdmaShuffleManager) has opened nothing to close.
+        this.directory = new NodeDirectory.Client(env.conf(), env.rpcEnv());
         this.node = RdmaTransport.open(conf, options);
         BufferPool p = null;
         try {
             p = new BufferPool(BufferPoolOptions.from(conf), node.sinkRegistrar());
-            this.directory = new NodeDirectory.Client(env.conf(), env.rpcEnv());
             directory.register(executorId, node.localAddress());
         } catch (RuntimeException e) {
             node.close();

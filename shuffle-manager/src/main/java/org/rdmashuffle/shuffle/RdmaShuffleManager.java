@@ -1,8 +1,10 @@
 package org.rdmashuffle.shuffle;
 
 import java.io.File;
+import java.io.IOException;
 import java.util.List;
 import java.util.Optional;
+import java.util.concurrent.TimeUnit;
 import org.apache.spark.ShuffleDependency;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkEnv;
@@ -27,8 +29,9 @@ import org.slf4j.LoggerFactory;
  * A Spark shuffle whose reducers pull map outputs with one-sided RDMA READs. Enable with
  * {@code spark.shuffle.manager=org.rdmashuffle.shuffle.RdmaShuffleManager}. Writing is Spark's sort
  * shuffle; each committed map output is registered as memory regions; readers fetch remote blocks
- * with READs and local ones from disk. Everything starts lazily (the driver builds this before its
- * BlockManager is initialised).
+ * with READs and local ones from disk. The node directory (driver) and the runtime (executors) start on
+ * a thread of their own as soon as SparkEnv and the BlockManager are ready (Spark builds this before
+ * both), else at first use.
  *
  * <p>Fallback ({@code spark.shuffle.rdma.fallback}): when the transport cannot start, {@code auto}
  * uses Spark's sort shuffle and logs one WARN line saying why, {@code never} fails with the reason,
@@ -105,6 +108,101 @@ public final class RdmaShuffleManager implements ShuffleManager {
         this.source = new RdmaShuffleSource(this::executorStats,
                 isDriver ? () -> directory == null ? 0 : directory.size() : null, why == null ? 0 : 1);
         registerSource();
+        if (why == null && conf.fallback() != RdmaShuffleConf.Fallback.ALWAYS && unencryptedReads(sparkConf) == null) {
+            startEarly(isDriver && !isLocalMode(sparkConf));
+        }
+    }
+
+    /** How long the early start waits for this process's SparkEnv, BlockManager and the driver's directory. */
+    private static final long EARLY_START_WAIT_NANOS = TimeUnit.SECONDS.toNanos(60);
+    private static final long EARLY_START_POLL_MS = 20;
+    private static final long EARLY_START_RETRY_MS = 250;
+    /** Looks for the driver's directory before the early start leaves the start to the first task (10 s). */
+    private static final int EARLY_START_DIRECTORY_ATTEMPTS = 40;
+
+    /**
+     * Starts, on a thread of its own, what the first shuffle would otherwise start on a task thread: on an
+     * executor (and the driver in local mode) the runtime — node, pool, directory registration — and on the
+     * driver the node directory, as soon as this process's SparkEnv and BlockManager are ready (Spark builds
+     * the manager before both). An early start that fails records nothing: the first task that needs the
+     * runtime starts it as before and meets the failure the fallback policy decides on (one WARN and Spark's
+     * path, or the task fails with {@code never}).
+     *
+     * @param directoryOnly a driver that runs no tasks: start the directory only
+     */
+    private void startEarly(boolean directoryOnly) {
+        Thread t = new Thread(() -> {
+            try {
+                startWhenReady(directoryOnly);
+            } catch (Throwable e) { // nothing may escape; the lazy start decides
+                LOG.debug("rdma-shuffle: early start gave up", e);
+            }
+        }, "rdma-shuffle-start");
+        t.setDaemon(true);
+        t.start();
+    }
+
+    private void startWhenReady(boolean directoryOnly) throws InterruptedException {
+        if (!isDriver && RdmaTransport.unavailable(conf).isPresent()) {
+            return; // the driver fell back for it too; and if not, the first task says why
+        }
+        long deadline = System.nanoTime() + EARLY_START_WAIT_NANOS;
+        int directoryAttempts = 0;
+        while (!stopped && System.nanoTime() < deadline) {
+            SparkEnv env = SparkEnv.get();
+            boolean ready = env != null && env.rpcEnv() != null
+                    && (!isDriver || org.apache.spark.SparkContext$.MODULE$.getActive().isDefined())
+                    && (directoryOnly || env.blockManager() != null && env.blockManager().blockManagerId() != null);
+            if (!ready) {
+                Thread.sleep(EARLY_START_POLL_MS);
+                continue;
+            }
+            registerSource();
+            if (directoryOnly) {
+                ensureDirectory();
+                return;
+            }
+            try {
+                startRuntime(env);
+                return;
+            } catch (Exception e) {
+                if (isDriver || !directoryNotUpYet(e) || ++directoryAttempts >= EARLY_START_DIRECTORY_ATTEMPTS) {
+                    LOG.debug("rdma-shuffle: early start failed; the first task that needs it tries again", e);
+                    return;
+                }
+                // an executor up before the driver's directory: ask again shortly
+            }
+            Thread.sleep(EARLY_START_RETRY_MS);
+        }
+    }
+
+    /** Whether {@code e} says the driver's node directory endpoint does not exist (yet). */
+    private static boolean directoryNotUpYet(Throwable e) {
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (String.valueOf(t.getMessage()).contains(NodeDirectory.ENDPOINT_NAME)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    private static boolean isLocalMode(SparkConf sparkConf) {
+        String master = sparkConf.get("spark.master", "");
+        return master.equals("local") || master.startsWith("local[");
+    }
+
+    /**
+     * The early start: the runtime, unless it exists, failed already or the manager stopped. A failure
+     * propagates and is recorded nowhere.
+     */
+    private void startRuntime(SparkEnv env) throws IOException {
+        synchronized (this) {
+            if (stopped || runtime != null || runtimeFailure != null) {
+                return;
+            }
+            ensureDirectory();
+            runtime = new ExecutorRuntime(conf, env);
+        }
     }
 
     /**
