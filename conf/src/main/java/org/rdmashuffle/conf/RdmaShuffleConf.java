@@ -79,6 +79,13 @@ public final class RdmaShuffleConf {
             "Reduce tasks read blocks their own executor wrote straight from disk. `false` reads them through "
                     + "the node like remote ones (over loopback), which only tests and diagnosis want."));
 
+    public static final ConfigKey<Boolean> START_EARLY = declare(ConfigKey.bool(
+            PREFIX + "startEarly", true,
+            "Executors start their node, receive-buffer pool and directory registration as soon as they are up, "
+                    + "on a thread of their own, and the driver its node directory once the SparkContext is; "
+                    + "`false` starts them on the first shuffle task (an application that never shuffles then "
+                    + "opens no port)."));
+
     public static final ConfigKey<Long> MAX_REGION_SIZE = declare(ConfigKey.bytes(PREFIX + "maxRegionSize",
             "1g", 4L << 10, Integer.MAX_VALUE, false,
             "Largest memory region one registration covers; a map output larger than this is registered "
@@ -369,6 +376,10 @@ public final class RdmaShuffleConf {
 
     public boolean localBlocksFromDisk() {
         return get(LOCAL_BLOCKS_FROM_DISK);
+    }
+
+    public boolean startEarly() {
+        return get(START_EARLY);
     }
 
     public int maxRegionSizeBytes() {

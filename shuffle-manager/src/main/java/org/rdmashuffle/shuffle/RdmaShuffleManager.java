@@ -108,7 +108,8 @@ public final class RdmaShuffleManager implements ShuffleManager {
         this.source = new RdmaShuffleSource(this::executorStats,
                 isDriver ? () -> directory == null ? 0 : directory.size() : null, why == null ? 0 : 1);
         registerSource();
-        if (why == null && conf.fallback() != RdmaShuffleConf.Fallback.ALWAYS && unencryptedReads(sparkConf) == null) {
+        if (conf.startEarly() && why == null && conf.fallback() != RdmaShuffleConf.Fallback.ALWAYS
+                && unencryptedReads(sparkConf) == null) {
             startEarly(isDriver && !isLocalMode(sparkConf));
         }
     }

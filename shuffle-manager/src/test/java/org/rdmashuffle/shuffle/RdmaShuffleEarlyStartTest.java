@@ -42,6 +42,21 @@ class RdmaShuffleEarlyStartTest {
 
     @Test
     @Timeout(300)
+    void shouldStartTheRuntimeOnTheFirstShuffleTaskWhenStartEarlyIsOff() {
+        SparkConf conf = LocalCluster.conf(true).set("spark.shuffle.rdma.startEarly", "false");
+        try (LocalCluster cluster = new LocalCluster(conf)) {
+            cluster.sc.parallelize(List.of(1, 2, 3, 4), 4).count(); // seconds for a wrong start to show
+            for (LocalCluster.ExecutorProbe p : cluster.probe().values()) {
+                assertNull(p.stats(), "executor " + p.executorId() + " started its runtime before any shuffle");
+            }
+            assertEquals(48, RdmaShuffleTaskEndTest.digests(cluster.sc).size());
+            long reads = cluster.probe().values().stream().mapToLong(p -> p.stats().node().readsCompleted()).sum();
+            assertTrue(reads > 0, "no block was READ");
+        }
+    }
+
+    @Test
+    @Timeout(300)
     void shouldStartNoRuntimeEarlyWhenFallbackIsAlways() {
         SparkConf conf = LocalCluster.conf(true).set("spark.shuffle.rdma.fallback", "always");
         try (LocalCluster cluster = new LocalCluster(conf)) {
