@@ -48,8 +48,10 @@ import scala.reflect.ClassTag$;
  * the bytes, the sum and an xor-hash of the indices that arrived against what was generated.
  *
  * <p>Options: {@code --manager sort|rdma}, {@code --mode oneway|bothways}, {@code --records N}
- * (16384), {@code --record-bytes B} (65536), {@code --maps M} (16), {@code --partitions P} (16),
- * {@code --cold true|false}, {@code --verify-stride W} (32), {@code --serve-host H} (the serving
+ * (32768: 2 GiB), {@code --record-bytes B} (65536), {@code --maps M} (16), {@code --partitions P} (16),
+ * {@code --cold true|false}, {@code --verify-stride W} (32), {@code --warmup-records N} (4096: a
+ * smaller run of the same shuffle, map and reduce, before the measured one, so that the JIT has
+ * compiled both managers' reduce paths; 0: none), {@code --serve-host H} (the serving
  * executor in oneway: the one on host H; default the first by host and id), {@code --result FILE}, and
  * the common {@code --master --executors --jars --conf}. Writes one JSON line. Exit code 0: right; 3:
  * wrong records; 5: tasks not where they were pinned; 4: job failed.
@@ -203,7 +205,7 @@ public final class FetchBoundJob {
     public static void main(String[] args) throws Exception {
         Cluster.Options o = Cluster.Options.parse(args, 1, "local-cluster[2,1,1024]",
                 Set.of("--manager", "--mode", "--records", "--record-bytes", "--maps", "--partitions", "--cold",
-                        "--verify-stride", "--serve-host", "--result"));
+                        "--verify-stride", "--serve-host", "--result", "--profiler", "--profile-dir", "--warmup-records"));
         boolean rdma = switch (o.get("--manager", "rdma")) {
             case "rdma" -> true;
             case "sort" -> false;
@@ -214,7 +216,7 @@ public final class FetchBoundJob {
             throw new IllegalArgumentException("--mode takes oneway or bothways");
         }
         boolean oneway = mode.equals("oneway");
-        long records = Long.parseLong(o.get("--records", "16384"));
+        long records = Long.parseLong(o.get("--records", "32768"));
         int recordBytes = Integer.parseInt(o.get("--record-bytes", "65536"));
         int maps = Integer.parseInt(o.get("--maps", "16"));
         int partitions = Integer.parseInt(o.get("--partitions", "16"));
@@ -222,6 +224,9 @@ public final class FetchBoundJob {
         int stride = Integer.parseInt(o.get("--verify-stride", "32"));
         String serveHost = o.get("--serve-host", "");
         Path result = Path.of(o.get("--result", "fetch-bound-result.json"));
+        long warmupRecords = Long.parseLong(o.get("--warmup-records", "4096"));
+        String profiler = o.get("--profiler", "");
+        Path profileDir = Path.of(o.get("--profile-dir", "."));
         if (records <= 0 || records > Integer.MAX_VALUE || recordBytes < 16 || recordBytes % 8 != 0 || maps <= 0
                 || partitions <= 0 || stride <= 0) {
             throw new IllegalArgumentException("--records 1..2^31-1, --record-bytes a multiple of 8 from 16, --maps,"
@@ -270,11 +275,17 @@ public final class FetchBoundJob {
             for (int m = 0; m < maps; m++) {
                 mapIds.add(m);
             }
-            JavaRDD<Integer> mapTasks = new JavaRDD<>(new PinnedRDD<>(sc.parallelize(mapIds, maps).rdd(), mapAt),
-                    ClassTag$.MODULE$.apply(Integer.class));
-            JavaPairRDD<Integer, byte[]> shuffled = mapTasks.flatMapToPair(
-                    m -> records(firstRecord(records, maps, m), firstRecord(records, maps, m + 1), recordBytes))
-                    .partitionBy(new HashPartitioner(partitions));
+            if (warmupRecords > 0) {
+                // The same shuffle, smaller and in full, so that neither manager's reduce path runs
+                // interpreted in the measured stage (a cold JIT cost more than the fetching itself).
+                sc.setLocalProperty(PhaseRecorder.PHASE, "warmup");
+                Digest w = reduce(shuffle(sc, mapIds, mapAt, warmupRecords, recordBytes, partitions), reduceAt,
+                        recordBytes, partitions, stride);
+                if (!w.equals(Digest.expected(warmupRecords, recordBytes))) {
+                    throw new IllegalStateException("warm-up shuffle wrong: " + w.hex());
+                }
+            }
+            JavaPairRDD<Integer, byte[]> shuffled = shuffle(sc, mapIds, mapAt, records, recordBytes, partitions);
             long t0 = System.currentTimeMillis();
             sc.setLocalProperty(PhaseRecorder.PHASE, "map");
             sc.sc().submitMapStage((ShuffleDependency<?, ?, ?>) shuffled.rdd().dependencies().head()).get();
@@ -293,21 +304,15 @@ public final class FetchBoundJob {
             for (Map.Entry<String, Long> e : pids.entrySet()) {
                 before.put(e.getKey(), ProcCpu.sample(e.getValue()));
             }
+            if (!profiler.isEmpty()) {
+                for (Map.Entry<String, Long> e : pids.entrySet()) {
+                    attach(e.getValue(), profiler, "start,event=cpu,interval=1ms,cstack=vm");
+                }
+            }
             sc.setLocalProperty(PhaseRecorder.PHASE, "reduce");
             long r0 = System.currentTimeMillis();
             try {
-                JavaRDD<Tuple2<Integer, byte[]>> pinned = new JavaRDD<>(new PinnedRDD<>(shuffled.rdd(), reduceAt),
-                        shuffled.rdd().elementClassTag());
-                got = pinned.mapPartitionsWithIndex((p, it) -> {
-                    Digest d = Digest.EMPTY;
-                    while (it.hasNext()) {
-                        Tuple2<Integer, byte[]> r = it.next();
-                        long bad = badWords(r._1(), r._2(), recordBytes, stride)
-                                + (Math.floorMod(r._1(), partitions) == p ? 0 : 1);
-                        d = d.plusRecord(r._1(), r._2().length, bad);
-                    }
-                    return List.of(d.toArray()).iterator();
-                }, true).collect().stream().map(Digest::of).reduce(Digest.EMPTY, Digest::plus);
+                got = reduce(shuffled, reduceAt, recordBytes, partitions, stride);
                 outcome = got.equals(expected) ? "correct" : "wrong";
             } catch (Exception e) {
                 outcome = "failed";
@@ -317,6 +322,14 @@ public final class FetchBoundJob {
             Map<String, ProcCpu.Sample> spent = new TreeMap<>();
             for (Map.Entry<String, Long> e : pids.entrySet()) {
                 spent.put(e.getKey(), ProcCpu.sample(e.getValue()).minus(before.get(e.getKey())));
+            }
+            if (!profiler.isEmpty()) {
+                Files.createDirectories(profileDir);
+                for (Map.Entry<String, Long> e : pids.entrySet()) {
+                    Path out = profileDir.toAbsolutePath().resolve("profile-" + mode + "-" + (rdma ? "rdma" : "sort")
+                            + "-exec" + e.getKey() + ".collapsed");
+                    attach(e.getValue(), profiler, "stop,collapsed,threads,file=" + out);
+                }
             }
 
             String misplaced = misplaced(recorder, mapExec, reduceExec);
@@ -381,16 +394,59 @@ public final class FetchBoundJob {
         });
     }
 
+    /** The map side: {@code records} records from tasks pinned at {@code mapAt}, partitioned by key. */
+    private static JavaPairRDD<Integer, byte[]> shuffle(JavaSparkContext sc, List<Integer> mapIds, String[] mapAt,
+                                                        long records, int recordBytes, int partitions) {
+        int maps = mapIds.size();
+        JavaRDD<Integer> mapTasks = new JavaRDD<>(new PinnedRDD<>(sc.parallelize(mapIds, maps).rdd(), mapAt),
+                ClassTag$.MODULE$.apply(Integer.class));
+        return mapTasks.flatMapToPair(
+                m -> records(firstRecord(records, maps, m), firstRecord(records, maps, m + 1), recordBytes))
+                .partitionBy(new HashPartitioner(partitions));
+    }
+
+    /** The reduce side: tasks pinned at {@code reduceAt} check every record and return what arrived. */
+    private static Digest reduce(JavaPairRDD<Integer, byte[]> shuffled, String[] reduceAt, int recordBytes,
+                                 int partitions, int stride) {
+        JavaRDD<Tuple2<Integer, byte[]>> pinned = new JavaRDD<>(new PinnedRDD<>(shuffled.rdd(), reduceAt),
+                shuffled.rdd().elementClassTag());
+        return pinned.mapPartitionsWithIndex((p, it) -> {
+            Digest d = Digest.EMPTY;
+            while (it.hasNext()) {
+                Tuple2<Integer, byte[]> r = it.next();
+                long bad = badWords(r._1(), r._2(), recordBytes, stride)
+                        + (Math.floorMod(r._1(), partitions) == p ? 0 : 1);
+                d = d.plusRecord(r._1(), r._2().length, bad);
+            }
+            return List.of(d.toArray()).iterator();
+        }, true).collect().stream().map(Digest::of).reduce(Digest.EMPTY, Digest::plus);
+    }
+
     /** Tasks that ran elsewhere than pinned, as "phase:index@executor" (empty when all ran where pinned). */
     static String misplaced(PhaseRecorder recorder, String[] mapExec, String[] reduceExec) {
         List<String> wrong = new ArrayList<>();
         for (PhaseRecorder.Task t : recorder.tasks) {
-            String[] want = t.phase().equals("map") ? mapExec : t.phase().equals("reduce") ? reduceExec : null;
+            boolean map = t.phase().equals("map") || t.phase().equals("warmup") && t.remoteBytes() + t.localBytes() == 0;
+            boolean reduce = t.phase().equals("reduce") || t.phase().equals("warmup") && !map;
+            String[] want = map ? mapExec : reduce ? reduceExec : null;
             if (want != null && t.successful() && !want[t.index()].equals(t.executorId())) {
                 wrong.add(t.phase() + ":" + t.index() + "@" + t.executorId());
             }
         }
         return String.join(" ", wrong);
+    }
+
+    /**
+     * Loads async-profiler ({@code --profiler}: the path of {@code libasyncProfiler.so}) into process
+     * {@code pid} with {@code command} (the profiler's agent arguments) through the JDK's attach API.
+     */
+    private static void attach(long pid, String agentPath, String command) throws Exception {
+        com.sun.tools.attach.VirtualMachine vm = com.sun.tools.attach.VirtualMachine.attach(Long.toString(pid));
+        try {
+            vm.loadAgentPath(agentPath, command);
+        } finally {
+            vm.detach();
+        }
     }
 
     private static long meminfoKb(String field) {
