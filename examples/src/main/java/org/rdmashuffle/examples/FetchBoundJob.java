@@ -48,7 +48,7 @@ import scala.reflect.ClassTag$;
  * the bytes, the sum and an xor-hash of the indices that arrived against what was generated.
  *
  * <p>Options: {@code --manager sort|rdma}, {@code --mode oneway|bothways}, {@code --records N}
- * (32768: 2 GiB), {@code --record-bytes B} (65536), {@code --maps M} (16), {@code --partitions P} (16),
+ * (32768: 2 GiB), {@code --record-bytes B} (65536), {@code --maps M} (32: blocks of 4 MiB, under the pool's largest buffer), {@code --partitions P} (16),
  * {@code --cold true|false}, {@code --verify-stride W} (32), {@code --warmup-records N} (4096: a
  * smaller run of the same shuffle, map and reduce, before the measured one, so that the JIT has
  * compiled both managers' reduce paths; 0: none), {@code --serve-host H} (the serving
@@ -218,7 +218,7 @@ public final class FetchBoundJob {
         boolean oneway = mode.equals("oneway");
         long records = Long.parseLong(o.get("--records", "32768"));
         int recordBytes = Integer.parseInt(o.get("--record-bytes", "65536"));
-        int maps = Integer.parseInt(o.get("--maps", "16"));
+        int maps = Integer.parseInt(o.get("--maps", "32"));
         int partitions = Integer.parseInt(o.get("--partitions", "16"));
         boolean cold = Boolean.parseBoolean(o.get("--cold", "false"));
         int stride = Integer.parseInt(o.get("--verify-stride", "32"));
