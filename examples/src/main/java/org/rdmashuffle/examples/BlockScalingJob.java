@@ -34,7 +34,7 @@ public final class BlockScalingJob {
     }
 
     /** Maps × reducers, parsed from "MxR". */
-    record Size(int maps, int reducers) {
+    record Size(int maps, int reducers) implements java.io.Serializable {
         static Size parse(String s) {
             String[] p = s.trim().toLowerCase(Locale.ROOT).split("x");
             if (p.length != 2) {

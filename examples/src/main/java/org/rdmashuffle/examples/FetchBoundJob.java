@@ -306,7 +306,7 @@ public final class FetchBoundJob {
             }
             if (!profiler.isEmpty()) {
                 for (Map.Entry<String, Long> e : pids.entrySet()) {
-                    attach(e.getValue(), profiler, "start,event=cpu,interval=1ms,cstack=vm");
+                    attach(e.getValue(), profiler, "start,event=cpu,interval=1ms,cstack=vm,threads");
                 }
             }
             sc.setLocalProperty(PhaseRecorder.PHASE, "reduce");
