@@ -117,8 +117,15 @@ fi
 
 # 4. The project, and what the guest runs it with.
 log "building the project (mvn package, tests skipped)"
-(cd "$root" && mvn -B -ntp -q -DskipTests -pl examples,rdma-transport -am package dependency:build-classpath \
+(cd "$root" && mvn -B -ntp -q -DskipTests -pl examples,rdma-transport,shuffle-manager -am package dependency:build-classpath \
    -Dmdep.includeScope=test -Dmdep.outputFile=target/test.classpath)
+# The fetch-bound Spark job of part spark (GuestFetchJob.java), compiled against Spark and the plugin.
+fetch_jar=$work/guest-fetch-job.jar
+rm -rf "$work/fetch-classes" && mkdir -p "$work/fetch-classes"
+javac -nowarn -d "$work/fetch-classes" \
+  -cp "$(ls "$root"/shuffle-manager/target/rdma-shuffle-manager-*-spark.jar):$root/examples/target/spark-home/jars/*" \
+  "$here/GuestFetchJob.java"
+(cd "$work/fetch-classes" && jar cf "$fetch_jar" .)
 junit_platform=$(sed -n 's:.*<junit.version>5\.\([0-9.]*\)</junit.version>.*:1.\1:p' "$root/pom.xml")
 console=$work/lib/junit-platform-console-standalone-$junit_platform.jar
 if [ ! -f "$console" ]; then
@@ -137,6 +144,10 @@ CONSOLE='$console'
 PARTS='$parts'
 SPARK_ARGS='${VERBS_VM_SPARK_ARGS:---records 200000 --partitions 4 --rounds 1}'
 READ_ITERS='${VERBS_VM_READ_ITERS:-20000}'
+BENCH_ROUNDS='${VERBS_VM_BENCH_ROUNDS:-3}'
+BENCH_TARGET='${VERBS_VM_BENCH_TARGET:-0.9}'
+FETCH_JAR='$fetch_jar'
+FETCH_ARGS='${VERBS_VM_FETCH_ARGS:---mb 256 --rounds 2 --order sort,rdma,sort,rdma}'
 LIMIT_KB='${VERBS_VM_LIMIT_KB:-1024}'
 ENV
 : > "$out/summary.txt"

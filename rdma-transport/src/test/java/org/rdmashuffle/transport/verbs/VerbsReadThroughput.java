@@ -22,8 +22,18 @@ import org.rdmashuffle.transport.RegionDescriptor;
 /**
  * READ throughput of the verbs provider, shaped like {@code ib_read_bw}: one channel between two nodes,
  * {@code inflight} READs of {@code size} bytes kept outstanding (each completion posts the next, from
- * the completion thread), {@code iterations} READs timed after a warm-up of a quarter as many (the JIT needs it, more so under emulation). Prints one
- * {@code RESULT} line in MiB/s (the unit of ib_read_bw's "MB/sec").
+ * the completion thread), {@code iterations} READs timed after a warm-up of a quarter as many (the JIT
+ * needs it, more so under emulation). Prints one {@code RESULT} line in MiB/s (the unit of ib_read_bw's
+ * "MB/sec").
+ *
+ * <p>Every READ's bytes are checked, warm-up included: the served memory holds {@code positions} buffers
+ * of {@code size} bytes, each filled with its own pattern, and READ {@code n} brings buffer
+ * {@code n % positions} into sink slot {@code n % (2 × inflight)}. {@code positions} shares no factor with
+ * the number of slots, so a slot never receives the same buffer twice in a row: a READ that wrote
+ * nothing, wrote part of its buffer or brought the wrong one leaves bytes that differ. A completion first
+ * posts the next READ (into a slot whose previous READ was checked when it completed: completions of one
+ * queue pair arrive in order) and then compares its own slot with the served buffer, so the check
+ * overlaps the READs in flight. A mismatch fails the run; the line reports how many READs were checked.
  *
  * <p>Usage: {@code VerbsReadThroughput <host> <size> <iterations> <inflight>}; needs libdisni on
  * {@code java.library.path} and an RDMA device at {@code host}. Run by {@code benchmarks/verbs-vm/run.sh}.
@@ -38,7 +48,12 @@ public final class VerbsReadThroughput {
         int size = Integer.parseInt(args[1]);
         int iterations = Integer.parseInt(args[2]);
         int inflight = Integer.parseInt(args[3]);
-        int slots = Math.max(inflight, 1);
+        int window = Math.max(inflight, 1);
+        int slots = 2 * window;
+        int positions = slots + 1;
+        while (gcd(positions, slots) != 1) {
+            positions++;
+        }
         Map<String, String> settings = new HashMap<>();
         System.getProperties().forEach((k, v) -> {
             if (k.toString().startsWith(RdmaShuffleConf.PREFIX)) {
@@ -50,74 +65,107 @@ public final class VerbsReadThroughput {
                 "spark.shuffle.rdma.maxReadsInFlightPerPeer", Integer.toString(inflight)));
         RdmaShuffleConf conf = new RdmaShuffleConf(settings);
         NodeOptions options = new NodeOptions(host, host, ControlHandler.NONE, null);
-        int servedBytes = Math.max(size * 8, 8 << 20);
+        long servedBytes = (long) size * positions;
+        long sinkBytes = (long) size * slots;
+        if (servedBytes > Integer.MAX_VALUE || sinkBytes > Integer.MAX_VALUE || size % 8 != 0) {
+            throw new IllegalArgumentException("size must be a multiple of 8 and size × " + positions
+                    + " fit in 2 GiB");
+        }
         try (RdmaNode server = new VerbsNode(conf, options); RdmaNode client = new VerbsNode(conf, options)) {
-            ByteBuffer served = ByteBuffer.allocateDirect(servedBytes);
-            for (int i = 0; i < servedBytes; i += 8) {
-                served.putLong(i, i * 0x9E3779B97F4A7C15L);
+            ByteBuffer served = ByteBuffer.allocateDirect((int) servedBytes);
+            ByteBuffer[] expected = new ByteBuffer[positions];
+            for (int p = 0; p < positions; p++) {
+                long seed = (p + 1) * 0x9E3779B97F4A7C15L;
+                for (int i = 0; i < size; i += 8) {
+                    served.putLong(p * size + i, seed ^ (i * 0xC2B2AE3D27D4EB4FL));
+                }
+                expected[p] = served.slice(p * size, size);
             }
             MemoryRegion region = server.register(served, RegionAccess.REMOTE_READ);
-            ByteBuffer sinkMemory = ByteBuffer.allocateDirect(size * slots);
+            ByteBuffer sinkMemory = ByteBuffer.allocateDirect((int) sinkBytes);
+            ByteBuffer[] received = new ByteBuffer[slots];
+            for (int s = 0; s < slots; s++) {
+                received[s] = sinkMemory.slice(s * size, size);
+            }
             MemoryRegion sink = client.register(sinkMemory, RegionAccess.READ_SINK);
             RdmaChannel ch = client.connect(server.localAddress());
             System.out.println("CONNECTION " + ((VerbsChannel) ch).connectionParameters());
             RegionDescriptor d = region.descriptor();
-            int positions = servedBytes / size;
 
-            Run warm = new Run(ch, d, sink, size, slots, positions, Math.max(slots, iterations / 4));
+            Run warm = new Run(ch, d, sink, size, window, slots, positions, Math.max(window, iterations / 4),
+                    expected, received, 0);
             warm.go();
-            Run timed = new Run(ch, d, sink, size, slots, positions, iterations);
+            Run timed = new Run(ch, d, sink, size, window, slots, positions, iterations, expected, received,
+                    warm.total);
             long t0 = System.nanoTime();
             timed.go();
             long ns = System.nanoTime() - t0;
-            // The sink holds what the last READs brought: compare one slot with the served bytes.
-            int lastPos = (int) ((iterations - 1) % positions);
-            int lastSlot = (int) ((iterations - 1) % slots);
-            ByteBuffer expect = served.duplicate().position(lastPos * size).limit(lastPos * size + size);
-            ByteBuffer got = sinkMemory.duplicate().position(lastSlot * size).limit(lastSlot * size + size);
-            if (expect.mismatch(got) != -1) {
-                throw new IllegalStateException("READ data differs from the served bytes");
+            long checked = warm.checked.get() + timed.checked.get();
+            if (checked != warm.total + timed.total) {
+                throw new IllegalStateException("checked " + checked + " READs of " + (warm.total + timed.total));
             }
             double mib = (double) size * iterations / (1 << 20) / (ns / 1e9);
-            System.out.printf("RESULT verbs-read size=%d iterations=%d inflight=%d seconds=%.2f MiB/s=%.1f%n", size,
-                    iterations, inflight, ns / 1e9, mib);
+            System.out.printf("RESULT verbs-read size=%d iterations=%d inflight=%d checked=%d seconds=%.2f "
+                    + "MiB/s=%.1f%n", size, iterations, inflight, checked, ns / 1e9, mib);
             sink.close();
             region.close();
         }
     }
 
-    /** Keeps {@code slots} READs outstanding until {@code total} have completed. */
+    private static int gcd(int a, int b) {
+        return b == 0 ? a : gcd(b, a % b);
+    }
+
+    /**
+     * Keeps {@code window} READs outstanding until {@code total} have completed, READ {@code n} (counted
+     * from {@code first}, so that a second run continues the first's slot rotation) going to slot
+     * {@code n % slots}; checks each READ's bytes after posting the next.
+     */
     private static final class Run implements ReadListener {
         private final RdmaChannel ch;
         private final RegionDescriptor d;
         private final MemoryRegion sink;
         private final int size;
+        private final int window;
         private final int slots;
         private final int positions;
         private final int total;
+        private final long first;
+        private final ByteBuffer[] expected;
+        private final ByteBuffer[] received;
         private final AtomicLong posted = new AtomicLong();
         private final AtomicInteger done = new AtomicInteger();
+        private final AtomicLong checked = new AtomicLong();
         private final CountDownLatch finished = new CountDownLatch(1);
         private final ReadBatch one = new ReadBatch(1);
         private volatile String failure;
 
-        Run(RdmaChannel ch, RegionDescriptor d, MemoryRegion sink, int size, int slots, int positions, int total) {
+        Run(RdmaChannel ch, RegionDescriptor d, MemoryRegion sink, int size, int window, int slots, int positions,
+            int total, ByteBuffer[] expected, ByteBuffer[] received, long first) {
             this.ch = ch;
             this.d = d;
             this.sink = sink;
             this.size = size;
+            this.window = window;
             this.slots = slots;
             this.positions = positions;
             this.total = total;
+            this.first = first;
+            this.expected = expected;
+            this.received = received;
+        }
+
+        private void add(ReadBatch batch, long i) {
+            long n = first + i;
+            batch.add(d.address() + (n % positions) * size, d.rkey(), size, sink, (int) (n % slots) * size, n);
         }
 
         void go() throws Exception {
-            ReadBatch first = new ReadBatch(slots);
-            for (int i = 0; i < Math.min(slots, total); i++) {
-                long n = posted.getAndIncrement();
-                first.add(d.address() + (n % positions) * size, d.rkey(), size, sink, (int) (n % slots) * size, n);
+            ReadBatch start = new ReadBatch(window);
+            for (int i = 0; i < Math.min(window, total); i++) {
+                add(start, posted.getAndIncrement());
             }
-            ch.post(first, this);
+            ch.post(start, this);
             if (!finished.await(30, TimeUnit.MINUTES)) {
                 throw new IllegalStateException("READs did not finish");
             }
@@ -129,27 +177,41 @@ public final class VerbsReadThroughput {
         @Override
         public void onReadComplete(long requestId, int status, int lengthBytes) {
             if (status != ReadStatus.SUCCESS) {
-                failure = "READ " + requestId + " failed: " + ReadStatus.describe(status);
-                finished.countDown();
+                fail("READ " + requestId + " failed: " + ReadStatus.describe(status));
                 return;
             }
-            if (done.incrementAndGet() == total) {
-                finished.countDown();
-                return;
-            }
-            long n = posted.getAndIncrement();
-            if (n < total) {
+            long i = posted.getAndIncrement();
+            if (i < total) {
                 synchronized (one) {
                     one.clear();
-                    one.add(d.address() + (n % positions) * size, d.rkey(), size, sink, (int) (n % slots) * size, n);
+                    add(one, i);
                     try {
                         ch.post(one, this);
                     } catch (Exception e) {
-                        failure = e.toString();
-                        finished.countDown();
+                        fail(e.toString());
+                        return;
                     }
                 }
             }
+            int slot = (int) (requestId % slots);
+            int position = (int) (requestId % positions);
+            if (lengthBytes != size || received[slot].mismatch(expected[position]) != -1) {
+                fail("READ " + requestId + " (buffer " + position + " into slot " + slot + ", " + lengthBytes
+                        + " bytes) brought other bytes than the served buffer; first difference at byte "
+                        + received[slot].mismatch(expected[position]));
+                return;
+            }
+            checked.incrementAndGet();
+            if (done.incrementAndGet() == total) {
+                finished.countDown();
+            }
+        }
+
+        private void fail(String why) {
+            if (failure == null) {
+                failure = why;
+            }
+            finished.countDown();
         }
     }
 }
