@@ -42,14 +42,15 @@ import scala.reflect.ClassTag$;
  * fetches, deserialises and sums a few words per record.
  *
  * <p>For each manager ({@code --order}, e.g. {@code sort,rdma,sort,rdma}) a fresh application: one job
- * runs the map and the reduce stage (warm-up), then {@code --rounds} jobs run only the reduce stage (the map
+ * runs the map and the reduce stage, {@code --warmups} more run the reduce stage (JIT warm-up), 5 idle seconds
+ * show what the JVMs spend doing nothing, then {@code --rounds} jobs run only the reduce stage (the map
  * stage is skipped, its outputs are kept), each bracketed by the two executors' utime+stime
  * ({@code /proc/<pid>/stat}), the guest's {@code /proc/stat} and, under rdma, the executors' transport
  * counters. Prints one {@code FETCH} line per measured job and a {@code FETCHSUMMARY} with medians and the
  * rdma/sort ratios; exits non-zero when results differ between jobs or managers, a task ran on the wrong
  * executor, or an rdma reduce fetched without READs.
  *
- * <p>Options: {@code --mb 256 --record-kb 64 --maps 8 --reducers 8 --rounds 3 --order sort,rdma
+ * <p>Options: {@code --mb 256 --record-kb 64 --maps 8 --reducers 8 --warmups 1 --rounds 3 --order sort,rdma
  * --executor-mb 1024 --jars a.jar,b.jar --conf k=v} (applied to both managers) {@code --rdma-conf k=v}
  * (rdma only). Needs SPARK_HOME and SPARK_LOCAL_IP.
  */
@@ -62,7 +63,7 @@ public final class GuestFetchJob {
 
     public static void main(String[] args) throws Exception {
         Map<String, String> o = new TreeMap<>(Map.of("--mb", "256", "--record-kb", "64", "--maps", "8",
-                "--reducers", "8", "--rounds", "3", "--order", "sort,rdma", "--executor-mb", "1024", "--jars", ""));
+                "--reducers", "8", "--rounds", "3", "--warmups", "1", "--order", "sort,rdma", "--executor-mb", "1024", "--jars", ""));
         List<String[]> conf = new ArrayList<>();
         List<String[]> rdmaConf = new ArrayList<>();
         for (int i = 0; i + 1 < args.length; i += 2) {
@@ -83,6 +84,7 @@ public final class GuestFetchJob {
         long records = Long.parseLong(o.get("--mb")) * 1024 * 1024 / recordBytes;
         int perMap = (int) (records / maps);
         int rounds = Integer.parseInt(o.get("--rounds"));
+        int warmups = Integer.parseInt(o.get("--warmups"));
         List<String> order = List.of(o.get("--order").split(","));
         System.out.printf(Locale.ROOT, "fetch job: %d maps x %d records of %d KiB (%d MiB), %d reducers, "
                 + "%d measured reduce-only jobs per application, order %s%n", maps, perMap, recordBytes / 1024,
@@ -116,7 +118,8 @@ public final class GuestFetchJob {
                 }
             }
             try (JavaSparkContext jsc = new JavaSparkContext(sc)) {
-                List<Measured> measured = runApplication(jsc, manager, maps, perMap, recordBytes, reducers, rounds);
+                List<Measured> measured = runApplication(jsc, manager, maps, perMap, recordBytes, reducers,
+                        warmups, rounds);
                 byManager.computeIfAbsent(manager, k -> new ArrayList<>()).addAll(measured);
                 for (Measured m : measured) {
                     if (reference == null) {
@@ -142,7 +145,8 @@ public final class GuestFetchJob {
     }
 
     private static List<Measured> runApplication(JavaSparkContext jsc, String manager, int maps, int perMap,
-                                                 int recordBytes, int reducers, int rounds) throws Exception {
+                                                 int recordBytes, int reducers, int warmups, int rounds)
+            throws Exception {
         String host = jsc.sc().conf().get("spark.driver.host");
         long deadline = System.nanoTime() + 300_000_000_000L;
         while (jsc.sc().getExecutorIds().size() < 2) {
@@ -182,6 +186,22 @@ public final class GuestFetchJob {
         jsc.sc().listenerBus().waitUntilEmpty(60_000);
         checkPlacement(tasks, manager + " warm-up", serving, receiving, true);
         Collections.sort(warm);
+        for (int w = 0; w < warmups; w++) {
+            sums.collect();
+        }
+        // What the executors and the guest spend doing nothing (heartbeats, timers, the JIT finishing),
+        // over an idle window as long as a typical job: printed so that a CPU per GB near it reads as "idle".
+        long idleS0 = processTicks(servingPid);
+        long idleR0 = processTicks(receivingPid);
+        long[] idleG0 = guestCpu();
+        long i0 = System.nanoTime();
+        Thread.sleep(5000);
+        double idleSeconds = (System.nanoTime() - i0) / 1e9;
+        System.out.printf(Locale.ROOT, "IDLE manager=%s seconds=%.1f serving_cpu_s/s=%.3f receiving_cpu_s/s=%.3f "
+                + "guest_cpu_s/s=%.3f%n", manager, idleSeconds,
+                (processTicks(servingPid) - idleS0) / (double) TICKS_PER_SECOND / idleSeconds,
+                (processTicks(receivingPid) - idleR0) / (double) TICKS_PER_SECOND / idleSeconds,
+                (guestCpu()[0] - idleG0[0]) / (double) TICKS_PER_SECOND / idleSeconds);
 
         List<Measured> out = new ArrayList<>();
         for (int round = 1; round <= rounds; round++) {

@@ -147,7 +147,7 @@ READ_ITERS='${VERBS_VM_READ_ITERS:-20000}'
 BENCH_ROUNDS='${VERBS_VM_BENCH_ROUNDS:-3}'
 BENCH_TARGET='${VERBS_VM_BENCH_TARGET:-0.9}'
 FETCH_JAR='$fetch_jar'
-FETCH_ARGS='${VERBS_VM_FETCH_ARGS:---mb 256 --rounds 2 --order sort,rdma,sort,rdma}'
+FETCH_ARGS='${VERBS_VM_FETCH_ARGS:---mb 128 --warmups 1 --rounds 3 --order sort,rdma}'
 LIMIT_KB='${VERBS_VM_LIMIT_KB:-1024}'
 ENV
 : > "$out/summary.txt"
