@@ -107,14 +107,15 @@ JOPTS=(--add-exports java.base/sun.nio.ch=ALL-UNNAMED --add-opens java.base/sun.
 # runs (bash builtins but sleep). wire_rate prints the total and the median rate over the intervals in
 # which data flowed (rate above a tenth of the run's highest), which leaves out start-up, connection
 # set-up and a JVM's warm-up ramp alike.
-wire_start() {  # $1=file
-  ( while :; do
-      read -r a < /sys/class/net/lo/statistics/rx_bytes; read -r b < /sys/class/net/dummy0/statistics/rx_bytes
-      echo "$EPOCHREALTIME $((a + b))"; sleep 0.5
-    done ) > "$1" &
+wire_sample() { local a b; read -r a < /sys/class/net/lo/statistics/rx_bytes; read -r b < /sys/class/net/dummy0/statistics/rx_bytes
+  echo "$EPOCHREALTIME $((a + b))"; }
+wire_start() {  # $1=file; the first sample is taken before the tool starts
+  wire_file=$1
+  wire_sample > "$1"
+  ( while sleep 0.5; do wire_sample; done ) >> "$1" &
   wire_pid=$!
 }
-wire_stop() { kill "$wire_pid" 2>/dev/null; wait "$wire_pid" 2>/dev/null; }
+wire_stop() { kill "$wire_pid" 2>/dev/null; wait "$wire_pid" 2>/dev/null; wire_sample >> "$wire_file"; }
 wire_rate() {  # $1=file -> "bytes=N mibps=X"
   local total rate
   total=$(awk 'NR == 1 {b0 = $2} {b = $2} END {print b - b0}' "$1")
@@ -166,12 +167,12 @@ ib_read_bw_run() {  # $1=size $2=iterations $3=label -> sets IB_BW (MiB/s) and I
 # Kryo and DirectByteBuffer frames); such a JVM is run once more and the retry is reported.
 crashed() { grep -q 'A fatal error has been detected by the Java Runtime' "$1"; }
 
-verbs_read_run() {  # $1=size $2=iterations $3=label -> sets VB_BW (MiB/s), VB_CHECKED and VB_WIRE; 1 on failure
+verbs_read_run() {  # $1=size $2=iterations $3=label [$4=JVM option] -> sets VB_BW (MiB/s), VB_CHECKED and VB_WIRE; 1 on failure
   VB_BW=""; VB_WIRE=""; VB_CHECKED=""
   local attempt
   for attempt in 1 2; do
     wire_start "/tmp/wire-$3.txt"
-    timeout 900 "$JAVA" "${JOPTS[@]}" -cp "$CP" org.rdmashuffle.transport.verbs.VerbsReadThroughput \
+    timeout 900 "$JAVA" "${JOPTS[@]}" ${4:-} -cp "$CP" org.rdmashuffle.transport.verbs.VerbsReadThroughput \
       $SIW_IP "$1" "$2" 128 > "/tmp/verbs-read-$3.log" 2>&1
     wire_stop
     crashed "/tmp/verbs-read-$3.log" || break
@@ -192,9 +193,10 @@ if wants bench; then
   # is reported, not enforced (emulation swings between boots).
   for size in 65536 1048576; do
     iters=$(( READ_ITERS * 65536 / size )); [ $iters -lt 200 ] && iters=200
-    : > /tmp/bench-ib.txt; : > /tmp/bench-vb.txt; : > /tmp/bench-ibw.txt; : > /tmp/bench-vbw.txt
+    : > /tmp/bench-ib.txt; : > /tmp/bench-vb.txt; : > /tmp/bench-vn.txt; : > /tmp/bench-ibw.txt; : > /tmp/bench-vbw.txt
     for round in $(seq 1 "$BENCH_ROUNDS"); do
-      if [ $((round % 2)) = 1 ]; then tools="ib verbs"; else tools="verbs ib"; fi
+      tools=$BENCH_TOOLS
+      [ $((round % 2)) = 1 ] || tools=$(echo $BENCH_TOOLS | tr ' ' '\n' | tac | tr '\n' ' ')
       for tool in $tools; do
         label=bench-$size-$round-$tool
         say "READ throughput at $size B, round $round: $tool ($iters READs)"
@@ -204,6 +206,14 @@ if wants bench; then
             echo "$IB_BW" >> /tmp/bench-ib.txt; echo "$IB_WIRE" | sed 's/.*mibps=//' >> /tmp/bench-ibw.txt
           else
             fail "bench siw size=$size round=$round: no valid ib_read_bw measurement in $IB_ATTEMPTS attempts"
+          fi
+        elif [ $tool = verbs-nocheck ]; then
+          # Diagnosis only (VERBS_VM_BENCH_TOOLS): the same run without the byte check, to show its cost.
+          if verbs_read_run $size $iters $label -Drdma.bench.check=false; then
+            result "bench siw size=$size round=$round verbs-nocheck MiB/s=$VB_BW (bytes NOT checked) wire: $VB_WIRE"
+            echo "$VB_BW" >> /tmp/bench-vn.txt
+          else
+            fail "bench siw size=$size round=$round: the verbs-nocheck run failed"
           fi
         else
           if verbs_read_run $size $iters $label; then
@@ -222,6 +232,7 @@ if wants bench; then
       ratio=$(echo "scale=3; $vb / $ib" | bc); wratio=$(echo "scale=3; $vbw / $ibw" | bc)
       met=$(echo "$ratio >= $BENCH_TARGET && $wratio >= $BENCH_TARGET" | bc)
       result "read-throughput siw size=$size medians of $(wc -l < /tmp/bench-ib.txt)+$(wc -l < /tmp/bench-vb.txt) runs: ib_read_bw -e $ib, verbs $vb MiB/s, ratio $ratio; wire $ibw vs $vbw MiB/s, ratio $wratio; target >= $BENCH_TARGET $([ "$met" = 1 ] && echo met || echo NOT met)"
+      [ -s /tmp/bench-vn.txt ] && result "read-throughput siw size=$size diagnosis: verbs without the byte check, median $(median < /tmp/bench-vn.txt) MiB/s ($(wc -l < /tmp/bench-vn.txt) runs)"
     else
       fail "read-throughput siw size=$size: no medians (ib_read_bw: $ib, verbs: $vb)"
     fi
@@ -320,8 +331,8 @@ if wants spark; then
     break
   done
   cp /tmp/fetch.log "$rs_out/" 2>/dev/null
-  grep -E '^(fetch job|FETCH|results identical)|serving executor' /tmp/fetch.log | sed 's/^/  /'
-  while read -r line; do result "fetch siw $line"; done < <(grep -E '^FETCH' /tmp/fetch.log)
+  grep -E '^(fetch job|FETCH|IDLE|results identical)|serving executor' /tmp/fetch.log | sed 's/^/  /'
+  while read -r line; do result "fetch siw $line"; done < <(grep -E '^(FETCH|IDLE)' /tmp/fetch.log)
   if [ $rc = 0 ] && grep -q '^results identical' /tmp/fetch.log; then
     result "fetch siw PASS (two executor JVMs, every map on one and every reduce on the other, results identical under sort and verbs, READs only by the receiving executor)"
   else
