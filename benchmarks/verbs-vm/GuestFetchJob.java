@@ -191,6 +191,7 @@ public final class GuestFetchJob {
         }
         // What the executors and the guest spend doing nothing (heartbeats, timers, the JIT finishing),
         // over an idle window as long as a typical job: printed so that a CPU per GB near it reads as "idle".
+        Map<String, Long> idleThreads0 = threadTicks(servingPid);
         long idleS0 = processTicks(servingPid);
         long idleR0 = processTicks(receivingPid);
         long[] idleG0 = guestCpu();
@@ -202,12 +203,14 @@ public final class GuestFetchJob {
                 (processTicks(servingPid) - idleS0) / (double) TICKS_PER_SECOND / idleSeconds,
                 (processTicks(receivingPid) - idleR0) / (double) TICKS_PER_SECOND / idleSeconds,
                 (guestCpu()[0] - idleG0[0]) / (double) TICKS_PER_SECOND / idleSeconds);
+        printBusiestThreads(manager, "idle", servingPid, idleThreads0);
 
         List<Measured> out = new ArrayList<>();
         for (int round = 1; round <= rounds; round++) {
             Map<String, Probe> before = probe(jsc, host, ids);
             tasks.reset();
             long[] guest0 = guestCpu();
+            Map<String, Long> servingThreads0 = threadTicks(servingPid);
             long serving0 = processTicks(servingPid);
             long receiving0 = processTicks(receivingPid);
             long t0 = System.nanoTime();
@@ -216,6 +219,7 @@ public final class GuestFetchJob {
             long serving1 = processTicks(servingPid);
             long receiving1 = processTicks(receivingPid);
             long[] guest1 = guestCpu();
+            printBusiestThreads(manager, "round " + round, servingPid, servingThreads0);
             jsc.sc().listenerBus().waitUntilEmpty(60_000);
             Map<String, Probe> after = probe(jsc, host, ids);
             checkPlacement(tasks, manager + " round " + round, serving, receiving, false);
@@ -374,6 +378,45 @@ public final class GuestFetchJob {
         String s = Files.readString(Path.of("/proc/" + pid + "/stat"));
         String[] f = s.substring(s.lastIndexOf(')') + 2).split(" ");
         return Long.parseLong(f[11]) + Long.parseLong(f[12]);
+    }
+
+    /** Each thread's utime + stime (ticks), keyed by "name/tid" (/proc/PID/task/TID/stat). */
+    private static Map<String, Long> threadTicks(long pid) throws IOException {
+        Map<String, Long> out = new TreeMap<>();
+        try (var tasks = Files.list(Path.of("/proc/" + pid + "/task"))) {
+            for (Path t : (Iterable<Path>) tasks::iterator) {
+                try {
+                    String s = Files.readString(t.resolve("stat"));
+                    String name = s.substring(s.indexOf('(') + 1, s.lastIndexOf(')'));
+                    String[] f = s.substring(s.lastIndexOf(')') + 2).split(" ");
+                    out.put(name + "/" + t.getFileName(), Long.parseLong(f[11]) + Long.parseLong(f[12]));
+                } catch (IOException gone) {
+                    // the thread ended meanwhile
+                }
+            }
+        }
+        return out;
+    }
+
+    /** The serving executor's threads that used the most CPU since {@code before}, so that its CPU can be read. */
+    private static void printBusiestThreads(String manager, String window, long pid, Map<String, Long> before)
+            throws IOException {
+        Map<String, Long> after = threadTicks(pid);
+        List<Map.Entry<String, Long>> deltas = new ArrayList<>();
+        for (Map.Entry<String, Long> e : after.entrySet()) {
+            long d = e.getValue() - before.getOrDefault(e.getKey(), 0L);
+            if (d > 0) {
+                deltas.add(Map.entry(e.getKey(), d));
+            }
+        }
+        deltas.sort((a, b) -> Long.compare(b.getValue(), a.getValue()));
+        StringBuilder line = new StringBuilder();
+        for (int i = 0; i < Math.min(6, deltas.size()); i++) {
+            line.append(' ').append(deltas.get(i).getKey().replace(' ', '_')).append('=')
+                    .append(deltas.get(i).getValue() * 1000 / TICKS_PER_SECOND).append("ms");
+        }
+        System.out.printf(Locale.ROOT, "THREADS manager=%s serving executor, %s, busiest:%s%n", manager, window,
+                line);
     }
 
     /** The guest's busy ticks (all but idle and iowait) and its kernel ticks (system, irq, softirq). */
