@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The verbs provider on a real iWARP stack (SoftiWARP) and on Soft-RoCE, on a machine whose kernel has
 # no RDMA: boots Debian's own kernel in QEMU (software emulation), with siw and rxe loaded, and runs
-# there the transport contract suite over siw and over rxe, a READ throughput run next to ib_read_bw,
-# and a small Spark job with provider=verbs checked against Spark's sort shuffle (also under a small
-# locked-memory limit, ulimit -l VERBS_VM_LIMIT_KB, 1024). Around the contract runs
-# kprobes show the connection parameters the kernel applied to the provider's queue pairs (qp-params lines).
+# there the transport contract suite over siw and over rxe (parts siw, rxe), READ throughput next to
+# ib_read_bw run without busy polling, every READ's bytes checked and the bytes on the wire counted for
+# both tools (bench), a small Spark job with provider=verbs checked against Spark's sort shuffle and a
+# fetch-bound job with two executor JVMs, one serving and one reading, under both managers, with
+# each executor's and the guest's CPU per GB (spark), and the Spark job under a small locked-memory
+# limit, ulimit -l VERBS_VM_LIMIT_KB, 1024 (limits). Around the contract runs kprobes show the
+# connection parameters the kernel applied to the provider's queue pairs (qp-params lines).
 #
 #   LIBDISNI_DIR=/dir/with/libdisni.so benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark limits"]
 #
@@ -12,7 +15,12 @@
 # this repository. Needs root (apt-get, QEMU). Everything it downloads or builds is cached under
 # target/verbs-vm (VERBS_VM_WORK), so a second run only builds the project and boots. Settings:
 # VERBS_VM_KERNEL (Debian kernel ABI, default: the one matching linux-source-6.1), VERBS_VM_MEM (6G),
-# VERBS_VM_TIMEOUT (seconds, 3600), VERBS_VM_SPARK_ARGS, VERBS_VM_READ_ITERS (64 KiB READs per size, 20000), VERBS_VM_LIMIT_KB.
+# VERBS_VM_TIMEOUT (seconds, 3600), VERBS_VM_SPARK_ARGS, VERBS_VM_READ_ITERS (64 KiB READs per size and
+# run, 20000), VERBS_VM_BENCH_ROUNDS (alternating rounds per size, 3), VERBS_VM_BENCH_TARGET (the
+# provider/ib_read_bw ratio reported as met or not, 0.9), VERBS_VM_BENCH_TOOLS ("ib verbs"; add
+# verbs-nocheck for a diagnosis run without the byte check), VERBS_VM_FETCH_ARGS (GuestFetchJob's
+# options, "--mb 128 --warmups 1 --rounds 3 --order sort,rdma"), VERBS_VM_LIMIT_KB.
+# Measuring parts (bench, spark) load the machine: on a shared machine run under flock /tmp/bench.lock.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
