@@ -103,25 +103,45 @@ public final class BlockFetcher implements AutoCloseable {
     static final String NOT_IN_TABLE = "map outputs Spark locates there are not in its output table (migrated "
             + "there from a decommissioned executor)";
 
-    /** A fetched block: its bytes are {@code buffer().byteBuffer()} from 0 to {@link #length()}. */
+    /**
+     * A fetched block — the bytes of the request's partitions, which lie one after the other in the map
+     * output: partition {@code p}'s are {@link #bytes()} from {@link #offsetOf offsetOf(p)} to
+     * {@code offsetOf(p + 1)}.
+     */
     public final class Block implements AutoCloseable {
         private final Request request;
         private final RegisteredBuffer buffer;
         private final int length;
         private final long readNanos;
         private final String viaSpark;
+        /** Where the map output's partitions lie, or null for a block without bytes. */
+        private final MapOutputLayout layout;
         private boolean released;
 
-        Block(Request request, RegisteredBuffer buffer, int length, long readNanos) {
-            this(request, buffer, length, readNanos, null);
+        Block(Request request, RegisteredBuffer buffer, int length, long readNanos, MapOutputLayout layout) {
+            this(request, buffer, length, readNanos, null, layout);
         }
 
-        private Block(Request request, RegisteredBuffer buffer, int length, long readNanos, String viaSpark) {
+        private Block(Request request, RegisteredBuffer buffer, int length, long readNanos, String viaSpark,
+                      MapOutputLayout layout) {
             this.request = request;
             this.buffer = buffer;
             this.length = length;
             this.readNanos = readNanos;
             this.viaSpark = viaSpark;
+            this.layout = layout;
+        }
+
+        /**
+         * Where partition {@code partition} starts in {@link #bytes()}, for a partition from the request's
+         * start to its end (inclusive: {@code offsetOf(endPartition)} is {@link #length()}).
+         */
+        public int offsetOf(int partition) {
+            if (partition < request.startPartition() || partition > request.endPartition()) {
+                throw new IndexOutOfBoundsException("partition " + partition + " outside [" + request.startPartition()
+                        + ", " + request.endPartition() + "]");
+            }
+            return layout == null ? 0 : (int) layout.bytesOf(request.startPartition(), partition);
         }
 
         /**
@@ -580,7 +600,7 @@ public final class BlockFetcher implements AutoCloseable {
                     + e.minBytes() + " to " + e.maxBytes(), null);
         }
         if (bytes == 0) {
-            return new Block(r, null, 0, 0);
+            return new Block(r, null, 0, 0, null);
         }
         if (bytes > Integer.MAX_VALUE - 8) {
             return failure(r, "block of " + bytes + " bytes exceeds 2 GiB", null);
@@ -742,16 +762,18 @@ public final class BlockFetcher implements AutoCloseable {
                 if (!slot.published() && !slot.unregistered()) {
                     // Not written by a map task there: migrated there when another executor was
                     // decommissioned (Spark moved the files, not a registration), or lost.
-                    return new Block(r, null, 0, 0, NOT_IN_TABLE);
+                    return new Block(r, null, 0, 0, NOT_IN_TABLE, null);
                 }
                 if (r.mapId() != Request.ANY_MAP_ID && slot.mapId() != r.mapId()) {
                     // Another attempt of the map replaced it in the table (a retried or zombie attempt on the
                     // same executor); the attempt the tracker names may still be on disk: Spark's path reads
                     // it by its id, or fails the fetch if it is gone.
-                    return new Block(r, null, 0, 0, "another attempt of the map replaced it in the peer's table");
+                    return new Block(r, null, 0, 0, "another attempt of the map replaced it in the peer's table",
+                            null);
                 }
                 if (slot.unregistered()) {
-                    return new Block(r, null, 0, 0, LEFT_UNREGISTERED); // committed, left to Spark's path by the peer
+                    // committed, left to Spark's path by the peer
+                    return new Block(r, null, 0, 0, LEFT_UNREGISTERED, null);
                 }
                 RegionDescriptor md = slot.metadata();
                 String wrongLength = checkMetadataLength(r, slot.regionCount(), md.length());
@@ -808,7 +830,7 @@ public final class BlockFetcher implements AutoCloseable {
                 }
                 RegisteredBuffer b = s.buffer;
                 s.buffer = null; // the block owns it now; its bytes stay in the budget until it is closed
-                return new Block(r, b, s.bytes, s.landedNanos - s.postedNanos);
+                return new Block(r, b, s.bytes, s.landedNanos - s.postedNanos, s.metadata.layout());
             }
             default -> throw new IllegalStateException("a step landed in phase " + s.phase);
         }

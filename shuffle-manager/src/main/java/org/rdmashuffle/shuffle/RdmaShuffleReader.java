@@ -199,7 +199,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
     private final class Blocks extends AbstractIterator<Product2<Object, Object>> {
         private final ExecutorRuntime rt;
         private final List<Origin> local;
-        private final Map<BlockFetcher.Request, Origin> origins = new HashMap<>();
+        /** The blocks of each request the fetcher has not handed out yet, in partition order. */
+        private final Map<BlockFetcher.Request, List<Origin>> origins = new HashMap<>();
         private final BlockFetcher fetcher;
         private final SparkEnv env = SparkEnv.get();
         private final ShuffleDependency<K, Object, C> dep = handle.dependency();
@@ -211,6 +212,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         /** Local records read since the fetcher last had a chance to move (only while reading local blocks). */
         private int localRecords;
         private BlockFetcher.Block block;
+        /** The blocks {@link #block} holds, decoded one after the other, and the next one's index. */
+        private List<Origin> sliceOrigins;
+        private int nextSlice;
         private Iterator<Tuple2<Object, Object>> current;
         private boolean finished;
         private final boolean detectCorrupt = SparkInterop.detectCorrupt(env.conf());
@@ -237,20 +241,66 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     rt.conf.maxBytesInFlight(), rt.conf.maxReadsInFlightPerPeer(), rt.conf.readBlockSizeBytes(),
                     rt.conf.requestTimeoutMs());
             context.addTaskCompletionListener((TaskCompletionListener) c -> finish());
-            int numPartitions = dep.partitioner().numPartitions();
+            this.tables = tables;
+            this.numPartitions = dep.partitioner().numPartitions();
+            this.rangeBytes = rt.pool.options().maxBufferBytes();
+            // A map output's blocks of this task's partitions lie one after the other in its data file: one
+            // request fetches a run of them (AQE coalescing), up to a buffer's worth by their reported sizes.
+            Map<List<Object>, List<Origin>> byOutput = new LinkedHashMap<>();
             for (Origin o : remote) {
-                // Reported sizes are never 0 here (empty blocks are skipped), and a MapStatus reports 0 only for
-                // empty blocks: the block holds at least one byte.
-                BlockFetcher.Expected expected = new BlockFetcher.Expected(numPartitions, 1,
-                        SparkInterop.mostBytesOfBlock(o.reportedBytes(), numPartitions, env.conf()));
-                BlockFetcher.Request r = new BlockFetcher.Request(o.peer(), tables.get(o.address()), o.mapIndex(),
-                        o.blockId().mapId(), o.blockId().reduceId(), o.blockId().reduceId() + 1, expected);
-                origins.put(r, o);
-                addToFetcher(r);
+                byOutput.computeIfAbsent(List.of(o.address(), o.mapIndex(), o.blockId().mapId()),
+                        k -> new ArrayList<>()).add(o);
+            }
+            for (List<Origin> blocks : byOutput.values()) {
+                blocks.sort(java.util.Comparator.comparingInt(o -> o.blockId().reduceId()));
+                int from = 0;
+                long reported = 0;
+                for (int i = 0; i < blocks.size(); i++) {
+                    long size = blocks.get(i).reportedBytes();
+                    if (i > from && reported + size > rangeBytes) {
+                        addToFetcher(blocks.subList(from, i));
+                        from = i;
+                        reported = 0;
+                    }
+                    reported += size;
+                }
+                addToFetcher(blocks.subList(from, blocks.size()));
             }
             if (!viaSpark.isEmpty()) {
                 sparkBlocks = fetchThroughSpark(viaSpark); // fetching starts now
             }
+        }
+
+        private final Map<BlockManagerId, RegionDescriptor> tables;
+        private final int numPartitions;
+        /** Reported bytes one request for several blocks of a map output covers at most. */
+        private final long rangeBytes;
+
+        /** The most bytes the tracker allows block {@code o}; never 0, as empty blocks are not fetched. */
+        private long mostBytes(Origin o) {
+            return SparkInterop.mostBytesOfBlock(o.reportedBytes(), numPartitions, env.conf());
+        }
+
+        /**
+         * Queues one request for {@code blocks}: consecutive blocks (by reduce id) of one map output, whose
+         * partitions from the first to the last lie one after the other in its data file. Partitions
+         * between them that the tracker reports empty must hold no bytes at the peer ({@link #openSlice}).
+         */
+        private void addToFetcher(List<Origin> blocks) {
+            Origin first = blocks.get(0);
+            long most = 0;
+            for (Origin o : blocks) {
+                long m = mostBytes(o);
+                most = m > Long.MAX_VALUE - most ? Long.MAX_VALUE : most + m;
+            }
+            // Reported sizes are never 0 here (empty blocks are skipped), and a MapStatus reports 0 only for
+            // empty blocks: each block holds at least one byte.
+            BlockFetcher.Expected expected = new BlockFetcher.Expected(numPartitions, blocks.size(), most);
+            BlockFetcher.Request r = new BlockFetcher.Request(first.peer(), tables.get(first.address()),
+                    first.mapIndex(), first.blockId().mapId(), first.blockId().reduceId(),
+                    blocks.get(blocks.size() - 1).blockId().reduceId() + 1, expected);
+            origins.put(r, List.copyOf(blocks));
+            addToFetcher(r);
         }
 
         private Iterator<Tuple2<BlockId, InputStream>> fetchThroughSpark(
@@ -266,6 +316,11 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         @Override
         public boolean hasNext() {
             while (current == null || !current.hasNext()) {
+                if (block != null && nextSlice < sliceOrigins.size()) {
+                    closeStreams();
+                    current = openSlice(); // null for a block READ again
+                    continue;
+                }
                 releaseCurrent();
                 if (nextLocal < local.size()) {
                     progressFetcher(); // post the remote blocks' next READs between local ones
@@ -322,68 +377,120 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         }
 
         private Iterator<Tuple2<Object, Object>> nextRemote() {
-            for (;;) {
-                long t0 = System.nanoTime();
-                try {
-                    block = fetcher.next();
-                } catch (BufferPoolException e) {
-                    readRestThroughSpark(e);
-                    return null;
-                } catch (FetchFailure f) { // the peer's fault; this executor's own is a BufferPoolException
-                    Origin o = blame(f);
-                    rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
-                    if (sparkAfterFailure) {
-                        rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone
-                        // An external shuffle service serves every executor's files, also of one that just went
-                        // (released by dynamic allocation, killed): the rest comes through Spark's client.
-                        rt.noteSparkPath(o.address().executorId(), "a READ from it failed (" + f.getMessage()
-                                + "); this task's remaining blocks come through Spark's client and the external "
-                                + "shuffle service", true);
-                        abandonReads();
-                        return null;
-                    }
-                    throw fetchFailed(o, f);
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                    throw new IllegalStateException("interrupted while fetching shuffle blocks", e);
-                } finally {
-                    metrics.incFetchWaitTime(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0));
-                }
-                BlockFetcher.Request r = block.request();
-                Origin o = origins.remove(r); // handed out: origins keeps only the requests still to come
-                if (block.unregistered()) {
-                    String why = block.viaSparkReason();
-                    releaseCurrent();
-                    if (why.equals(BlockFetcher.NOT_IN_TABLE) && rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
-                        throw fetchFailed(o, new FetchFailure(r, "executor " + o.address().executorId() + " does not "
-                                + "hold map output " + o.mapIndex() + " in its output table (migrated there by "
-                                + "decommissioning, or lost) and fallback=never keeps readers off Spark's path", null));
-                    }
-                    rt.noteSparkPath(o.address().executorId(), why, why.equals(BlockFetcher.NOT_IN_TABLE));
-                    unregistered.computeIfAbsent(o.address(), a -> new ArrayList<>()).add(o.tracked());
+            long t0 = System.nanoTime();
+            try {
+                block = fetcher.next();
+            } catch (BufferPoolException e) {
+                readRestThroughSpark(e);
+                return null;
+            } catch (FetchFailure f) { // the peer's fault; this executor's own is a BufferPoolException
+                Origin o = blame(f);
+                rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
+                if (sparkAfterFailure) {
+                    rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone
+                    // An external shuffle service serves every executor's files, also of one that just went
+                    // (released by dynamic allocation, killed): the rest comes through Spark's client.
+                    rt.noteSparkPath(o.address().executorId(), "a READ from it failed (" + f.getMessage()
+                            + "); this task's remaining blocks come through Spark's client and the external "
+                            + "shuffle service", true);
+                    abandonReads();
                     return null;
                 }
-                metrics.incRemoteBlocksFetched(1);
-                metrics.incRemoteBytesRead(block.length());
-                metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
-                InputStream raw = new ByteBufferInputStream(block.bytes());
-                try {
-                    return SparkInterop.records(serializer, guard(o, raw, decode(o, raw)));
-                } catch (IOException e) {
-                    releaseCurrent();
-                    if (!corruptOnce.add(r)) {
-                        throw fetchFailed(o, new FetchFailure(r, "block " + o.blockId() + " from " + o.address()
-                                + " is corrupt again after a second READ: " + e.getMessage(), e));
-                    }
-                    // as Spark's reader: the bytes may have been damaged on the way, READ them once more
-                    LOG.warn("block {} from {} is corrupt ({}); reading it again", o.blockId(), o.address(),
-                            e.toString());
-                    origins.put(r, o);
-                    addToFetcher(r);
-                    if (readsAbandoned) {
-                        return null;
-                    }
+                throw fetchFailed(o, f);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IllegalStateException("interrupted while fetching shuffle blocks", e);
+            } finally {
+                metrics.incFetchWaitTime(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0));
+            }
+            BlockFetcher.Request r = block.request();
+            List<Origin> os = origins.remove(r); // handed out: origins keeps only the requests still to come
+            if (block.unregistered()) {
+                String why = block.viaSparkReason();
+                releaseCurrent();
+                Origin o = os.get(0);
+                if (why.equals(BlockFetcher.NOT_IN_TABLE) && rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
+                    throw fetchFailed(o, new FetchFailure(r, "executor " + o.address().executorId() + " does not "
+                            + "hold map output " + o.mapIndex() + " in its output table (migrated there by "
+                            + "decommissioning, or lost) and fallback=never keeps readers off Spark's path", null));
                 }
+                rt.noteSparkPath(o.address().executorId(), why, why.equals(BlockFetcher.NOT_IN_TABLE));
+                List<Tuple3<BlockId, Object, Object>> l = unregistered.computeIfAbsent(o.address(),
+                        a -> new ArrayList<>());
+                for (Origin each : os) {
+                    l.add(each.tracked());
+                }
+                return null;
+            }
+            metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
+            sliceOrigins = os;
+            nextSlice = 0;
+            checkSlices();
+            return null; // hasNext opens the block's slices one by one
+        }
+
+        /**
+         * Checks each slice of the block just fetched against what the tracker says of it, before any is
+         * decoded: a block the tracker lists holds from 1 byte to the most its reported size allows, and the
+         * partitions between them (reported empty) hold nothing. A mismatch fails the fetch naming that block.
+         */
+        private void checkSlices() {
+            BlockFetcher.Request r = block.request();
+            long listed = 0;
+            for (Origin o : sliceOrigins) {
+                int p = o.blockId().reduceId();
+                long bytes = (long) block.offsetOf(p + 1) - block.offsetOf(p);
+                if (bytes < 1 || bytes > mostBytes(o)) {
+                    Origin failed = o;
+                    releaseCurrent();
+                    throw fetchFailed(failed, new FetchFailure(r, "map output at peer does not match "
+                            + "MapOutputTracker: block " + failed.blockId() + " holds " + bytes + " bytes there, the "
+                            + "tracker's size allows 1 to " + mostBytes(failed) + " (map index " + failed.mapIndex()
+                            + " at " + failed.peer() + ")", null));
+                }
+                listed += bytes;
+            }
+            if (listed != block.length()) {
+                Origin o = sliceOrigins.get(0);
+                long unlisted = block.length() - listed;
+                releaseCurrent();
+                throw fetchFailed(o, new FetchFailure(r, "map output at peer does not match MapOutputTracker: "
+                        + "partitions [" + r.startPartition() + ", " + r.endPartition() + ") hold " + unlisted
+                        + " bytes in partitions the tracker reports empty (map index " + o.mapIndex() + " at "
+                        + o.peer() + ")", null));
+            }
+        }
+
+        /**
+         * Opens the next block of {@link #block}: its bytes are a slice of the landed buffer, decoded on
+         * their own (each block is compressed and encrypted separately), with Spark's read metrics per
+         * block. A block whose decoding cannot start (corrupt) is READ again once, alone.
+         *
+         * @return its records, or null when it is READ again
+         */
+        private Iterator<Tuple2<Object, Object>> openSlice() {
+            Origin o = sliceOrigins.get(nextSlice++);
+            int p = o.blockId().reduceId();
+            int from = block.offsetOf(p);
+            int to = block.offsetOf(p + 1);
+            metrics.incRemoteBlocksFetched(1);
+            metrics.incRemoteBytesRead(to - from);
+            InputStream raw = new ByteBufferInputStream(block.bytes().position(from).limit(to).slice());
+            try {
+                return SparkInterop.records(serializer, guard(o, raw, decode(o, raw)));
+            } catch (IOException e) {
+                BlockFetcher.Request again = new BlockFetcher.Request(o.peer(), tables.get(o.address()), o.mapIndex(),
+                        o.blockId().mapId(), p, p + 1, new BlockFetcher.Expected(numPartitions, 1, mostBytes(o)));
+                if (!corruptOnce.add(again)) {
+                    releaseCurrent();
+                    throw fetchFailed(o, new FetchFailure(again, "block " + o.blockId() + " from " + o.address()
+                            + " is corrupt again after a second READ: " + e.getMessage(), e));
+                }
+                // as Spark's reader: the bytes may have been damaged on the way, READ them once more
+                LOG.warn("block {} from {} is corrupt ({}); reading it again", o.blockId(), o.address(), e.toString());
+                origins.put(again, List.of(o));
+                addToFetcher(again);
+                return null;
             }
         }
 
@@ -503,8 +610,10 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
 
         /** Every request the fetcher has not handed out goes through Spark's path; no more READs. */
         private void abandonReads() {
-            for (Origin o : origins.values()) {
-                unregistered.computeIfAbsent(o.address(), a -> new ArrayList<>()).add(o.tracked());
+            for (List<Origin> os : origins.values()) {
+                for (Origin o : os) {
+                    unregistered.computeIfAbsent(o.address(), a -> new ArrayList<>()).add(o.tracked());
+                }
             }
             origins.clear();
             if (!readsAbandoned) {
@@ -518,20 +627,26 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
          * result for a request not handed out yet, so {@code origins} still holds it (never empty here).
          */
         private Origin blame(FetchFailure f) {
-            Origin o = f.request() == null ? null : origins.get(f.request());
-            if (o == null) {
+            List<Origin> os = f.request() == null ? null : origins.get(f.request());
+            if (os == null) {
                 BlockFetcher.Request oldest = fetcher.oldestOutstanding();
-                o = oldest == null ? null : origins.get(oldest);
+                os = oldest == null ? null : origins.get(oldest);
             }
-            return o != null ? o : origins.values().iterator().next();
+            return (os != null ? os : origins.values().iterator().next()).get(0);
         }
 
         private void releaseCurrent() {
-            current = null;
+            closeStreams();
             if (block != null) {
                 block.close();
                 block = null;
             }
+            sliceOrigins = null;
+        }
+
+        /** Closes the stream records are being read from (a local block's, Spark's fetcher's); not {@link #block}. */
+        private void closeStreams() {
+            current = null;
             if (localStream != null) {
                 try {
                     localStream.close();

@@ -132,6 +132,10 @@ class BlockFetcherTest {
                     assertEquals(to - from, b.length());
                     assertEquals(-1, b.bytes().mismatch(ByteBuffer.wrap(data[r.mapIndex()], from, to - from)),
                             "bytes of " + r);
+                    for (int p = r.startPartition(); p <= r.endPartition(); p++) {
+                        assertEquals(offsets[r.mapIndex()][p] - from, b.offsetOf(p), "partition " + p + " of " + r);
+                    }
+                    assertThrows(IndexOutOfBoundsException.class, () -> b.offsetOf(r.endPartition() + 1));
                     got++;
                 }
             }

@@ -72,6 +72,7 @@ class RdmaShuffleLocalClusterTest {
             "400x400", c -> manyMapsManyReducers(c.sc),
             "large", c -> largeRecords(c.sc),
             "sqlCoalesce", c -> sqlCoalesce(c.spark),
+            "sqlCoalesceMany", c -> sqlCoalesceMany(c.spark),
             "sqlSkew", c -> sqlSkew(c.spark),
             "sqlLocalRead", c -> sqlLocalRead(c.spark)));
 
@@ -184,6 +185,17 @@ class RdmaShuffleLocalClusterTest {
         return List.of(r, plan(q).contains("AQEShuffleRead coalesced"));
     }
 
+    /** 200 shuffle partitions, all holding rows, which AQE coalesces into a few reduce tasks. */
+    static Object sqlCoalesceMany(SparkSession spark) {
+        aqe(spark, Map.of("spark.sql.shuffle.partitions", "200", "spark.sql.adaptive.coalescePartitions.enabled",
+                "true", "spark.sql.adaptive.skewJoin.enabled", "false"));
+        Dataset<Row> q = spark.range(0, 300_000, 1, 6).selectExpr("id % 3000 AS k", "id AS v").groupBy("k")
+                .agg(sum("v").as("sv"), count(lit(1)).as("n"));
+        List<String> r = new ArrayList<>(rows(q));
+        Collections.sort(r);
+        return List.of(r, plan(q).contains("AQEShuffleRead coalesced"));
+    }
+
     static Object sqlSkew(SparkSession spark) {
         aqe(spark, Map.of("spark.sql.shuffle.partitions", "10", "spark.sql.adaptive.coalescePartitions.enabled",
                 "false", "spark.sql.adaptive.skewJoin.enabled", "true",
@@ -254,6 +266,29 @@ class RdmaShuffleLocalClusterTest {
     @Timeout(300)
     void shouldMatchSortShuffleUnderAqeWhenPartitionsAreCoalesced() {
         assertEquals(List.of(((List<?>) expected.get("sqlCoalesce")).get(0), true), sqlCoalesce(cluster.spark));
+    }
+
+    @Test
+    @Order(5)
+    @Timeout(300)
+    void shouldReadEachMapOutputsRunOfCoalescedPartitionsWithFewerReadsThanBlocks() {
+        Map<String, LocalCluster.ExecutorProbe> before = cluster.probe();
+        int from = cluster.recorder.stages.size();
+        assertEquals(List.of(((List<?>) expected.get("sqlCoalesceMany")).get(0), true), sqlCoalesceMany(cluster.spark));
+        cluster.drainEvents();
+        Map<String, LocalCluster.ExecutorProbe> after = cluster.probe();
+        List<LocalCluster.StageShuffle> stages = cluster.stagesSince(from);
+        long remoteBlocks = stages.stream().mapToLong(LocalCluster.StageShuffle::remoteBlocks).sum();
+        long remoteBytes = stages.stream().mapToLong(LocalCluster.StageShuffle::remoteBytesRead).sum();
+        long reads = after.values().stream().mapToLong(p -> p.stats().node().readsPosted()).sum()
+                - before.values().stream().mapToLong(p -> p.stats().node().readsPosted()).sum();
+        // 6 maps × 200 non-empty partitions, coalesced into a few tasks: about half the blocks are remote.
+        assertTrue(remoteBlocks >= 300, stages.toString());
+        // One READ per block (and more for slots and metadata) would be at least remoteBlocks; one request per
+        // map output and task takes a few READs each.
+        assertTrue(reads * 4 < remoteBlocks, reads + " READs for " + remoteBlocks + " remote blocks");
+        assertEquals(remoteBytes, transportDataBytes(after) - transportDataBytes(before),
+                "remote bytes in Spark's metrics (per block) vs block bytes READ over the transport");
     }
 
     @Test
