@@ -25,9 +25,10 @@ import org.rdmashuffle.transport.TransportException;
 
 /**
  * Fetches ranges of partitions of remote map outputs with one-sided READs only: the map index's
- * slot in the serving executor's {@link ShuffleOutputTable}, then the output's metadata (both cached
- * in a {@link MetadataCache}, one per shuffle on an executor), then the bytes, into pooled registered
- * buffers. Finished blocks come out of {@link #next} in completion order, so consuming one overlaps
+ * slot in the serving executor's {@link ShuffleOutputTable}, then the output's metadata header and
+ * region descriptors with only the offsets of the range (the header and descriptors cached in a
+ * {@link MetadataCache}, one per shuffle on an executor; a cached request READs its offsets alone),
+ * then the bytes, into pooled registered buffers. Finished blocks come out of {@link #next} in completion order, so consuming one overlaps
  * fetching the others.
  *
  * <p><b>Budget.</b> Every READ counts, slot and metadata READs as well as data READs: at most
@@ -114,22 +115,25 @@ public final class BlockFetcher implements AutoCloseable {
         private final int length;
         private final long readNanos;
         private final String viaSpark;
-        /** Where the map output's partitions lie, or null for a block without bytes. */
-        private final MapOutputLayout layout;
+        /**
+         * The map output's offsets of partitions {@code startPartition..endPartition} (absolute), or null
+         * when the block's partitions between its ends are not needed (one partition, or no bytes).
+         */
+        private final long[] window;
         private boolean released;
 
-        Block(Request request, RegisteredBuffer buffer, int length, long readNanos, MapOutputLayout layout) {
-            this(request, buffer, length, readNanos, null, layout);
+        Block(Request request, RegisteredBuffer buffer, int length, long readNanos, long[] window) {
+            this(request, buffer, length, readNanos, null, window);
         }
 
         private Block(Request request, RegisteredBuffer buffer, int length, long readNanos, String viaSpark,
-                      MapOutputLayout layout) {
+                      long[] window) {
             this.request = request;
             this.buffer = buffer;
             this.length = length;
             this.readNanos = readNanos;
             this.viaSpark = viaSpark;
-            this.layout = layout;
+            this.window = window;
         }
 
         /**
@@ -141,7 +145,11 @@ public final class BlockFetcher implements AutoCloseable {
                 throw new IndexOutOfBoundsException("partition " + partition + " outside [" + request.startPartition()
                         + ", " + request.endPartition() + "]");
             }
-            return layout == null ? 0 : (int) layout.bytesOf(request.startPartition(), partition);
+            if (partition == request.endPartition()) {
+                return length;
+            }
+            int i = partition - request.startPartition();
+            return i == 0 || window == null ? 0 : (int) (window[i] - window[0]);
         }
 
         /**
@@ -196,12 +204,17 @@ public final class BlockFetcher implements AutoCloseable {
 
     /** What a request waits for next. */
     private enum Phase {
-        /** Not started: the metadata cache decides between {@link #SLOT} and {@link #DATA}. */
+        /** Not started: the metadata cache decides between {@link #SLOT} and {@link #OFFSETS}. */
         START,
         /** The map index's slot in the peer's output table. */
         SLOT,
-        /** The map output's metadata region. */
+        /**
+         * The map output's metadata region: its header and region descriptors, and the offsets of the
+         * request's partitions (two pieces of one READ step, one when the range starts at partition 0).
+         */
         METADATA,
+        /** The offsets of the request's partitions, its metadata being cached. */
+        OFFSETS,
         /** The block's bytes. */
         DATA
     }
@@ -252,7 +265,14 @@ public final class BlockFetcher implements AutoCloseable {
         /** Slot READs in a row whose metadata named another map attempt (torn by a rewrite). */
         int tornSlotReads;
         RegionDescriptor metadataRegion;
+        /** The metadata's header and descriptors, in bytes (from the slot's region count). */
+        int headBytes;
         ShuffleOutputTable.Metadata metadata;
+        /** Where the request's partitions start and end in the data file. */
+        long firstOffset;
+        long endOffset;
+        /** Offsets of every partition of the range, kept for the block when it has more than one. */
+        long[] window;
         long postedNanos;
         boolean inFlight;
         /** This step's entries in {@code postedOrder}, one per post; all but the last are stale. */
@@ -328,6 +348,8 @@ public final class BlockFetcher implements AutoCloseable {
     private Step filling;
     private int fillAt;
     private final MapOutputLayout.PieceConsumer addPiece = this::addPiece;
+    /** The two ends' offsets of a one-partition request, parsed here (task thread) to allocate nothing. */
+    private final long[] ends = new long[2];
     private long bytesInFlight;
     private int readsInFlight;
     private int outstanding;
@@ -565,11 +587,15 @@ public final class BlockFetcher implements AutoCloseable {
         Request r = s.request;
         ShuffleOutputTable.Metadata m = metadataCache.get(r.peer(), r.table().rkey(), r.mapIndex(), r.mapId());
         if (m != null) {
-            Object done = toData(s, m);
-            if (done != null) {
-                ready.add(done);
+            if (r.startPartition() < 0 || r.endPartition() > m.numPartitions() || r.startPartition() > r.endPartition()) {
+                ready.add(failure(r, "partition range outside the map output's " + m.numPartitions(), null));
                 return false;
             }
+            s.phase = Phase.OFFSETS;
+            s.metadata = m;
+            s.mapId = m.mapId();
+            s.reads = 1;
+            s.bytes = windowBytes(r);
             return true;
         }
         s.phase = Phase.SLOT;
@@ -585,11 +611,11 @@ public final class BlockFetcher implements AutoCloseable {
      */
     private Object toData(Step s, ShuffleOutputTable.Metadata m) {
         Request r = s.request;
-        long bytes;
+        long bytes = s.endOffset - s.firstOffset;
         int pieces;
         try {
-            bytes = m.layout().bytesOf(r.startPartition(), r.endPartition());
-            pieces = m.layout().forEachPiece(r.startPartition(), r.endPartition(), readBlockBytes, COUNT_ONLY);
+            pieces = MapOutputLayout.forEachPiece(s.firstOffset, s.endOffset, m.maxRegionBytes(), readBlockBytes,
+                    COUNT_ONLY);
         } catch (RuntimeException e) {
             return failure(r, "partition range outside the map output", e);
         }
@@ -600,7 +626,7 @@ public final class BlockFetcher implements AutoCloseable {
                     + e.minBytes() + " to " + e.maxBytes(), null);
         }
         if (bytes == 0) {
-            return new Block(r, null, 0, 0, null);
+            return new Block(r, null, 0, 0, null, null);
         }
         if (bytes > Integer.MAX_VALUE - 8) {
             return failure(r, "block of " + bytes + " bytes exceeds 2 GiB", null);
@@ -638,6 +664,37 @@ public final class BlockFetcher implements AutoCloseable {
         return null;
     }
 
+    /** Bytes of the offsets of partitions {@code start..end} of {@code r}. */
+    private static int windowBytes(Request r) {
+        return (r.endPartition() - r.startPartition() + 1) * 8;
+    }
+
+    /**
+     * Reads the offsets of the step's partitions at {@code b}'s position, checked against the map
+     * output's length ({@link ShuffleOutputTable.Metadata#readOffsets}).
+     *
+     * @return what is wrong with them, or null
+     */
+    private String readWindow(Step s, ByteBuffer b, ShuffleOutputTable.Metadata m) {
+        Request r = s.request;
+        int n = r.endPartition() - r.startPartition();
+        long[] out = ends;
+        if (n >= 2) {
+            if (s.window == null) {
+                s.window = new long[n + 1];
+            }
+            out = s.window;
+        }
+        try {
+            m.readOffsets(b, r.startPartition(), r.endPartition(), out);
+        } catch (RuntimeException e) {
+            return e.getMessage();
+        }
+        s.firstOffset = out[0];
+        s.endOffset = out[n];
+        return null;
+    }
+
     private void addPiece(int region, int offset, int length) {
         RegionDescriptor d = filling.metadata.regions()[region];
         batch.add(d.address() + offset, d.rkey(), length, filling.buffer, fillAt, fillAt);
@@ -651,11 +708,26 @@ public final class BlockFetcher implements AutoCloseable {
             switch (s.phase) {
                 case SLOT -> batch.add(r.table().address() + (long) r.mapIndex() * ShuffleOutputTable.SLOT_BYTES,
                         r.table().rkey(), ShuffleOutputTable.SLOT_BYTES, b, 0, 0);
-                case METADATA -> batch.add(s.metadataRegion.address(), s.metadataRegion.rkey(), s.bytes, b, 0, 0);
+                case METADATA -> {
+                    RegionDescriptor md = s.metadataRegion;
+                    if (r.startPartition() == 0) { // the offsets follow the descriptors: one piece
+                        batch.add(md.address(), md.rkey(), s.bytes, b, 0, 0);
+                    } else {
+                        batch.add(md.address(), md.rkey(), s.headBytes, b, 0, 0);
+                        batch.add(md.address() + s.headBytes + (long) r.startPartition() * 8, md.rkey(),
+                                s.bytes - s.headBytes, b, s.headBytes, 0);
+                    }
+                }
+                case OFFSETS -> {
+                    RegionDescriptor md = s.metadata.where();
+                    batch.add(md.address() + s.metadata.offsetPosition(r.startPartition()), md.rkey(), s.bytes, b, 0,
+                            0);
+                }
                 case DATA -> {
                     filling = s;
                     fillAt = 0;
-                    s.metadata.layout().forEachPiece(r.startPartition(), r.endPartition(), readBlockBytes, addPiece);
+                    MapOutputLayout.forEachPiece(s.firstOffset, s.endOffset, s.metadata.maxRegionBytes(),
+                            readBlockBytes, addPiece);
                     filling = null;
                 }
                 default -> throw new IllegalStateException("nothing to post in phase " + s.phase);
@@ -781,41 +853,87 @@ public final class BlockFetcher implements AutoCloseable {
                     s.mapId = slot.mapId();
                     return slotAgain(s, "corrupt output table: " + wrongLength); // or torn by a rewrite
                 }
+                long headBytes = ShuffleOutputTable.offsetPosition(slot.regionCount(), 0);
+                if (slot.regionCount() < 0 || headBytes + (long) r.endPartition() * 8 + 8 > md.length()
+                        || r.startPartition() < 0
+                        || r.startPartition() > r.endPartition()) {
+                    return failure(r, "partition range outside the map output: metadata of " + md.length()
+                            + " bytes for " + slot.regionCount() + " regions", null);
+                }
                 s.phase = Phase.METADATA;
                 s.mapId = slot.mapId();
                 s.metadataRegion = md;
-                s.reads = 1;
-                s.bytes = (int) md.length();
+                s.headBytes = (int) headBytes;
+                s.reads = r.startPartition() == 0 ? 1 : 2;
+                s.bytes = s.headBytes + windowBytes(r);
                 s.peer.waiting.addFirst(s);
                 return null;
             }
             case METADATA -> {
                 bytesInFlight -= s.bytes;
                 ShuffleOutputTable.Metadata m;
+                String wrongOffsets;
                 try {
                     if (status != ReadStatus.SUCCESS) {
                         // the slot may have been torn by a rewrite and named a withdrawn region: look again
                         return slotAgain(s, "metadata READ failed: " + ReadStatus.describe(status));
                     }
                     controlBytesRead += s.bytes;
-                    m = ShuffleOutputTable.Metadata.parse(s.buffer.byteBuffer().duplicate().clear().limit(s.bytes));
+                    ByteBuffer landed = s.buffer.byteBuffer().duplicate().clear().limit(s.bytes);
+                    long metaMapId = landed.getLong(16);
+                    if (metaMapId != s.mapId) {
+                        // The slot READ overlapped its rewrite (a map attempt republished): READ it again.
+                        return slotAgain(s, "the output table slot names map attempt " + s.mapId + " but its "
+                                + "metadata attempt " + metaMapId);
+                    }
+                    m = ShuffleOutputTable.Metadata.parse(landed.duplicate().limit(s.headBytes), s.metadataRegion);
+                    if (ShuffleOutputTable.offsetPosition(m.regions().length, 0) != s.headBytes) {
+                        return failure(r, "corrupt map output metadata: " + m.regions().length + " regions, the "
+                                + "output table slot names another count", null);
+                    }
+                    int partitions = r.expected().numPartitions();
+                    if (partitions != Expected.UNKNOWN_PARTITIONS && m.numPartitions() != partitions) {
+                        return failure(r, "corrupt map output metadata: " + m.numPartitions()
+                                + " partitions in a shuffle of " + partitions, null);
+                    }
+                    if (r.endPartition() > m.numPartitions()) {
+                        return failure(r, "partition range outside the map output's " + m.numPartitions(), null);
+                    }
+                    wrongOffsets = readWindow(s, landed.position(s.headBytes), m);
                 } catch (RuntimeException e) {
                     return failure(r, "corrupt map output metadata", e);
                 } finally {
                     s.releaseBuffer();
                 }
-                if (m.mapId() != s.mapId) {
-                    // The slot READ overlapped its rewrite (a map attempt republished): READ it again.
-                    return slotAgain(s, "the output table slot names map attempt " + s.mapId + " but its metadata "
-                            + "attempt " + m.mapId());
-                }
-                int partitions = r.expected().numPartitions();
-                if (partitions != Expected.UNKNOWN_PARTITIONS && m.layout().numPartitions() != partitions) {
-                    return failure(r, "corrupt map output metadata: " + m.layout().numPartitions()
-                            + " partitions in a shuffle of " + partitions, null);
+                if (wrongOffsets != null) {
+                    return failure(r, wrongOffsets, null);
                 }
                 metadataCache.put(r.peer(), r.table().rkey(), r.mapIndex(), s.mapId, m);
                 Object done = toData(s, m);
+                if (done != null) {
+                    return done;
+                }
+                s.peer.waiting.addFirst(s);
+                return null;
+            }
+            case OFFSETS -> {
+                bytesInFlight -= s.bytes;
+                String wrongOffsets;
+                try {
+                    if (status != ReadStatus.SUCCESS) {
+                        // the cached metadata's region is gone: the output was withdrawn or replaced
+                        return failure(r, "offsets READ failed: " + ReadStatus.describe(status), null);
+                    }
+                    controlBytesRead += s.bytes;
+                    wrongOffsets = readWindow(s, s.buffer.byteBuffer().duplicate().clear().limit(s.bytes),
+                            s.metadata);
+                } finally {
+                    s.releaseBuffer();
+                }
+                if (wrongOffsets != null) {
+                    return failure(r, wrongOffsets, null);
+                }
+                Object done = toData(s, s.metadata);
                 if (done != null) {
                     return done;
                 }
@@ -830,7 +948,7 @@ public final class BlockFetcher implements AutoCloseable {
                 }
                 RegisteredBuffer b = s.buffer;
                 s.buffer = null; // the block owns it now; its bytes stay in the budget until it is closed
-                return new Block(r, b, s.bytes, s.landedNanos - s.postedNanos, s.metadata.layout());
+                return new Block(r, b, s.bytes, s.landedNanos - s.postedNanos, s.window);
             }
             default -> throw new IllegalStateException("a step landed in phase " + s.phase);
         }

@@ -73,6 +73,12 @@ public final class MapOutputLayout {
         }
     }
 
+    /** Where partition {@code partition} starts in the data file ({@code numPartitions}: its length). */
+    public long offset(int partition) {
+        checkRange(partition, partition);
+        return partitionOffsets[partition];
+    }
+
     /** Bytes of partitions {@code [start, end)}. */
     public long bytesOf(int startPartition, int endPartition) {
         checkRange(startPartition, endPartition);
@@ -102,8 +108,24 @@ public final class MapOutputLayout {
         if (maxReadBytes < 1) {
             throw new IllegalArgumentException("READ size must be positive: " + maxReadBytes);
         }
-        long pos = partitionOffsets[startPartition];
-        long end = partitionOffsets[endPartition];
+        return forEachPiece(partitionOffsets[startPartition], partitionOffsets[endPartition], maxRegionBytes,
+                maxReadBytes, out);
+    }
+
+    /**
+     * Emits the READs that fetch bytes {@code [from, to)} of a data file registered as regions of
+     * {@code maxRegionBytes} each, in file order: never crossing a region boundary, none longer than
+     * {@code maxReadBytes}. Allocates nothing.
+     *
+     * @return the number of pieces emitted (0 when the range is empty)
+     */
+    public static int forEachPiece(long from, long to, long maxRegionBytes, int maxReadBytes, PieceConsumer out) {
+        if (maxReadBytes < 1 || maxRegionBytes < 1 || from < 0 || to < from) {
+            throw new IllegalArgumentException("READ size " + maxReadBytes + ", regions of " + maxRegionBytes
+                    + ", bytes [" + from + ", " + to + ")");
+        }
+        long pos = from;
+        long end = to;
         int pieces = 0;
         while (pos < end) {
             int region = (int) (pos / maxRegionBytes);

@@ -5,7 +5,8 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.rdmashuffle.transport.NodeAddress;
 
 /**
- * Map outputs' metadata that reducers on one executor have READ, per serving node, output table and
+ * Map outputs' metadata headers and region descriptors (never their offsets) that reducers on one
+ * executor have READ, per serving node, output table and
  * map index, with the map attempt it belongs to. An entry answers only for that attempt, so output a
  * rerun map task republished is read afresh; a failed fetch drops the peer's entries.
  *
@@ -36,6 +37,18 @@ public final class MetadataCache {
     /** Drops every entry of {@code peer} (after a failed fetch from it). */
     public void forget(NodeAddress peer) {
         entries.keySet().removeIf(k -> k.peer().equals(peer));
+    }
+
+    /**
+     * Heap bytes the entries hold, roughly (keys, map ids, headers and region descriptors): a map
+     * output's partition offsets are never kept, so this does not grow with the partition count.
+     */
+    public long heldBytes() {
+        long sum = 0;
+        for (Entry e : entries.values()) {
+            sum += 64 + e.metadata().heldBytes();
+        }
+        return sum;
     }
 
     public int size() {

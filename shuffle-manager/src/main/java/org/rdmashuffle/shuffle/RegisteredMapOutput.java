@@ -12,13 +12,19 @@ import org.rdmashuffle.transport.RegionDescriptor;
  * One committed map output's data file, mapped read-only and registered with a node as the regions
  * its {@link MapOutputLayout} prescribes. Closing deregisters (and unmaps) them in reverse order; a
  * failure part-way through registration releases what was registered and rethrows.
+ *
+ * <p>Its partition offsets are held until {@link #takeMetadata} encodes them into the metadata region's
+ * buffer when the output is published; from then on only that buffer holds them (one copy per map
+ * output, off the heap), and this object keeps the data file's length.
  */
 public final class RegisteredMapOutput implements AutoCloseable {
-    private final MapOutputLayout layout;
+    private MapOutputLayout layout;
+    private final long totalBytes;
     private final List<MemoryRegion> regions;
 
     private RegisteredMapOutput(MapOutputLayout layout, List<MemoryRegion> regions) {
         this.layout = layout;
+        this.totalBytes = layout.totalBytes();
         this.regions = regions;
     }
 
@@ -36,8 +42,36 @@ public final class RegisteredMapOutput implements AutoCloseable {
         return new RegisteredMapOutput(layout, List.copyOf(regions));
     }
 
+    /**
+     * The layout, until the output is published.
+     *
+     * @throws IllegalStateException once {@link #takeMetadata} took the offsets
+     */
     public MapOutputLayout layout() {
+        if (layout == null) {
+            throw new IllegalStateException("published: the offsets live in the metadata region only");
+        }
         return layout;
+    }
+
+    /**
+     * Encodes the metadata region's bytes (layout in {@link ShuffleOutputTable}) for attempt {@code mapId}
+     * into a new direct buffer and drops the heap copy of the offsets; once only.
+     */
+    synchronized java.nio.ByteBuffer takeMetadata(long mapId) {
+        MapOutputLayout l = layout();
+        int count = regions.size();
+        java.nio.ByteBuffer meta = java.nio.ByteBuffer.allocateDirect(
+                Math.toIntExact(ShuffleOutputTable.metadataBytes(count, l.numPartitions())));
+        meta.putInt(count).putInt(l.numPartitions()).putLong(count == 0 ? 0 : l.regionLength(0)).putLong(mapId);
+        for (int r = 0; r < count; r++) {
+            region(r).writeTo(meta);
+        }
+        for (int p = 0; p <= l.numPartitions(); p++) {
+            meta.putLong(l.offset(p));
+        }
+        layout = null;
+        return meta.clear();
     }
 
     /** The descriptor peers READ region {@code r} with. */
@@ -51,7 +85,7 @@ public final class RegisteredMapOutput implements AutoCloseable {
 
     /** Registered bytes (the data file's length). */
     public long registeredBytes() {
-        return layout.totalBytes();
+        return totalBytes;
     }
 
     @Override

@@ -19,7 +19,11 @@ import org.rdmashuffle.transport.RegionDescriptor;
  * {@code address u64, rkey u32, length u32}. Metadata region: {@code regionCount u32,
  * numPartitions u32, maxRegionBytes u64, mapId u64}, {@code regionCount} region descriptors
  * ({@link RegionDescriptor#ENCODED_BYTES} each), then {@code numPartitions + 1} partition offsets
- * ({@code u64}). A slot's state is written last, after a release fence, so a reader that sees
+ * ({@code u64}); the descriptors' lengths are the regions' (every region but the last is
+ * {@code maxRegionBytes} long), so a reader learns the data file's length from them and READs only
+ * the offsets it needs: the header and descriptors, then offsets {@code start..end} of its partition
+ * range ({@link #offsetPosition}). Nothing but the metadata region holds a map output's offsets on the
+ * serving side once published. A slot's state is written last, after a release fence, so a reader that sees
  * "published" sees the rest — unless its READ of the 32 bytes overlapped a rewrite of the slot (a
  * READ is not atomic): the metadata repeats the map id, so a reader can tell a torn slot from a
  * good one and READ it again.
@@ -64,6 +68,11 @@ public final class ShuffleOutputTable implements AutoCloseable {
         return META_HEADER_BYTES + (long) regionCount * RegionDescriptor.ENCODED_BYTES + (numPartitions + 1L) * 8;
     }
 
+    /** Where partition {@code partition}'s offset lies in a metadata region of {@code regionCount} regions. */
+    static long offsetPosition(int regionCount, int partition) {
+        return META_HEADER_BYTES + (long) regionCount * RegionDescriptor.ENCODED_BYTES + (long) partition * 8;
+    }
+
     /** The table's region, which reducers READ slots from ({@code mapIndex * SLOT_BYTES}). */
     public RegionDescriptor descriptor() {
         return slotsRegion.descriptor();
@@ -79,17 +88,8 @@ public final class ShuffleOutputTable implements AutoCloseable {
             output.close();
             throw new IllegalStateException("output table of shuffle " + shuffleId + " is closed");
         }
-        MapOutputLayout l = output.layout();
         int regions = output.regionCount();
-        ByteBuffer meta = ByteBuffer.allocateDirect(Math.toIntExact(metadataBytes(regions, l.numPartitions())));
-        meta.putInt(regions).putInt(l.numPartitions()).putLong(regions == 0 ? 0 : l.regionLength(0)).putLong(mapId);
-        for (int r = 0; r < regions; r++) {
-            output.region(r).writeTo(meta);
-        }
-        for (int p = 0; p <= l.numPartitions(); p++) {
-            meta.putLong(p == 0 ? 0 : l.bytesOf(0, p));
-        }
-        meta.clear();
+        ByteBuffer meta = output.takeMetadata(mapId); // the offsets live here from now on, not on the heap
         MemoryRegion metaRegion;
         try {
             metaRegion = node.register(meta, RegionAccess.REMOTE_READ);
@@ -193,15 +193,26 @@ public final class ShuffleOutputTable implements AutoCloseable {
     }
 
     /**
-     * A map output's metadata as a reducer READ it: its layout and region descriptors.
+     * What a reducer keeps of a map output's metadata: its header and region descriptors, no offsets —
+     * a few dozen bytes whatever its partition count.
      *
-     * @param layout partition offsets and region split
+     * @param numPartitions the map output's partitions
+     * @param maxRegionBytes the length of every region but the last
+     * @param totalBytes the data file's length
      * @param regions descriptors of the output's regions, in file order
      * @param mapId the map task attempt it belongs to (the slot that pointed here must name the same)
+     * @param where the metadata region, which offsets are READ from
      */
-    public record Metadata(MapOutputLayout layout, RegionDescriptor[] regions, long mapId) {
-        /** Parses a whole metadata region's bytes from {@code b}'s position. */
-        public static Metadata parse(ByteBuffer b) {
+    public record Metadata(int numPartitions, long maxRegionBytes, long totalBytes, RegionDescriptor[] regions,
+                           long mapId, RegionDescriptor where) {
+        /**
+         * Parses the header and region descriptors at {@code b}'s position (offsets may follow; they are
+         * not read) of the metadata region {@code where}, checking them against each other and the region's
+         * length.
+         *
+         * @throws IllegalArgumentException when they do not fit
+         */
+        public static Metadata parse(ByteBuffer b, RegionDescriptor where) {
             ByteBuffer m = b.duplicate();
             if (m.remaining() < META_HEADER_BYTES) {
                 throw new IllegalArgumentException("corrupt map output metadata: " + m.remaining() + " bytes");
@@ -211,24 +222,71 @@ public final class ShuffleOutputTable implements AutoCloseable {
             long maxRegion = m.getLong();
             long mapId = m.getLong();
             if (regionCount < 0 || numPartitions < 0
-                    || m.remaining() < (long) regionCount * RegionDescriptor.ENCODED_BYTES + (numPartitions + 1L) * 8) {
+                    || m.remaining() < (long) regionCount * RegionDescriptor.ENCODED_BYTES) {
                 throw new IllegalArgumentException("corrupt map output metadata: " + regionCount + " regions, "
                         + numPartitions + " partitions in " + b.remaining() + " bytes");
             }
+            if (where.length() != metadataBytes(regionCount, numPartitions)) {
+                throw new IllegalArgumentException("corrupt map output metadata: " + regionCount + " regions and "
+                        + numPartitions + " partitions take " + metadataBytes(regionCount, numPartitions)
+                        + " bytes, its region holds " + where.length());
+            }
+            if (regionCount > 0 && (maxRegion < 1 || maxRegion > Integer.MAX_VALUE)) {
+                throw new IllegalArgumentException("corrupt map output metadata: regions of " + maxRegion + " bytes");
+            }
             RegionDescriptor[] regions = new RegionDescriptor[regionCount];
+            long total = 0;
             for (int r = 0; r < regionCount; r++) {
                 regions[r] = RegionDescriptor.readFrom(m);
+                long len = regions[r].length();
+                if (r < regionCount - 1 ? len != maxRegion : len < 1 || len > maxRegion) {
+                    throw new IllegalArgumentException("corrupt map output metadata: region " + r + " of "
+                            + regionCount + " is " + len + " bytes long, regions are " + maxRegion);
+                }
+                total += len;
             }
-            long[] offsets = new long[numPartitions + 1];
-            for (int p = 0; p <= numPartitions; p++) {
-                offsets[p] = m.getLong();
+            return new Metadata(numPartitions, regionCount == 0 ? Integer.MAX_VALUE : maxRegion, total, regions,
+                    mapId, where);
+        }
+
+        /** Bytes of the data file (the regions' lengths summed). */
+        public long totalBytes() {
+            return totalBytes;
+        }
+
+        /** Where partition {@code partition}'s offset lies in the metadata region. */
+        public long offsetPosition(int partition) {
+            return ShuffleOutputTable.offsetPosition(regions.length, partition);
+        }
+
+        /**
+         * Reads offsets {@code start..end} (inclusive) of {@code end - start + 1} longs at {@code b}'s
+         * position into {@code out[0..]}, checking what a lying peer could send: offsets decreasing, outside
+         * the data file, or not 0 and its length at the ends.
+         *
+         * @throws IllegalArgumentException when they are wrong
+         */
+        public void readOffsets(ByteBuffer b, int start, int end, long[] out) {
+            if (start < 0 || end > numPartitions || start > end || out.length < end - start + 1) {
+                throw new IllegalArgumentException("partitions [" + start + ", " + end + ") outside the map output's "
+                        + numPartitions);
             }
-            MapOutputLayout layout = new MapOutputLayout(offsets, regionCount == 0 ? Integer.MAX_VALUE : maxRegion);
-            if (layout.regionCount() != regionCount) {
-                throw new IllegalArgumentException("corrupt map output metadata: " + regionCount
-                        + " regions listed, " + layout.regionCount() + " implied");
+            int at = b.position();
+            long previous = 0;
+            for (int p = start; p <= end; p++) {
+                long o = b.getLong(at + (p - start) * 8);
+                if (o < previous || o > totalBytes || (p == 0 && o != 0) || (p == numPartitions && o != totalBytes)) {
+                    throw new IllegalArgumentException("corrupt map output metadata: partition " + p + " at offset "
+                            + o + " (after " + previous + ", in " + totalBytes + " bytes)");
+                }
+                previous = o;
+                out[p - start] = o;
             }
-            return new Metadata(layout, regions, mapId);
+        }
+
+        /** Heap bytes this metadata holds, roughly: a few fields and the region descriptors, no offsets. */
+        public long heldBytes() {
+            return 64 + 16 + regions.length * (16L + 32);
         }
     }
 }

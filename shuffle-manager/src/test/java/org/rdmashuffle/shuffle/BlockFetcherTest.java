@@ -210,7 +210,8 @@ class BlockFetcherTest {
             fetcher.add(emptyThere);
             f = assertThrows(FetchFailure.class, fetcher::next);
             assertTrue(f.getMessage().contains("does not match MapOutputTracker"), f.getMessage());
-            assertEquals(acquires, pool.stats().acquires(), "a buffer was taken for a block that does not match");
+            // metadata cached: each request READs its offsets window, never the data of a block that does not match
+            assertEquals(acquires + 2, pool.stats().acquires(), "a buffer was taken for a block that does not match");
             assertEquals(0, pool.stats().inUseBuffers());
         }
     }
@@ -340,6 +341,147 @@ class BlockFetcherTest {
             int to = (int) offsets[r.mapIndex()][r.endPartition()];
             assertEquals(to - from, b.length(), "length of " + r);
             assertEquals(-1, b.bytes().mismatch(ByteBuffer.wrap(data[r.mapIndex()], from, to - from)), "bytes of " + r);
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldReadOnlyTheOffsetsARequestNeedsAndCacheNoOffsets(@TempDir Path dir) throws Exception {
+        int parts = 100_000;
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs wide = new Outputs(executor, dir, 41, 2, parts, 4, 3);
+            Outputs narrow = new Outputs(executor, dir, 42, 2, 4, 4, 3);
+            MetadataCache wideCache = new MetadataCache();
+            MetadataCache narrowCache = new MetadataCache();
+            try (ShuffleOutputTable w = wide.table;
+                 ShuffleOutputTable n = narrow.table;
+                 BlockFetcher fw = new BlockFetcher(reducer, pool, wideCache, 1 << 20, 8, 64 << 10, 20_000);
+                 BlockFetcher fn = new BlockFetcher(reducer, pool, narrowCache, 1 << 20, 8, 64 << 10, 20_000)) {
+                int head = 24 + RegionDescriptor.ENCODED_BYTES; // one region each
+                fw.add(wide.request(executor.localAddress(), 0, 50_000, 50_003));
+                try (BlockFetcher.Block b = fw.next()) {
+                    wide.assertBytes(b);
+                    for (int p = 50_000; p <= 50_003; p++) {
+                        assertEquals(wide.offsets[0][p] - wide.offsets[0][50_000], b.offsetOf(p));
+                    }
+                }
+                // the slot, the header and descriptors, and offsets 50000..50003: not the 800 KB of all offsets
+                assertEquals(ShuffleOutputTable.SLOT_BYTES + head + 4 * 8, fw.controlBytesRead());
+                fw.add(wide.request(executor.localAddress(), 0, parts - 1, parts)); // cached: its two offsets
+                try (BlockFetcher.Block b = fw.next()) {
+                    wide.assertBytes(b);
+                }
+                assertEquals(ShuffleOutputTable.SLOT_BYTES + head + 6 * 8, fw.controlBytesRead());
+                fw.add(wide.request(executor.localAddress(), 1, 0, 1)); // offsets 0..1 follow the descriptors
+                try (BlockFetcher.Block b = fw.next()) {
+                    wide.assertBytes(b);
+                }
+                fn.add(narrow.request(executor.localAddress(), 0, 1, 3));
+                fn.add(narrow.request(executor.localAddress(), 1, 0, 4));
+                for (int i = 0; i < 2; i++) {
+                    try (BlockFetcher.Block b = fn.next()) {
+                        narrow.assertBytes(b);
+                    }
+                }
+                assertEquals(2, wideCache.size());
+                assertEquals(2, narrowCache.size());
+                // 100,000 partitions per map cost the cache what 4 do: it holds no offsets
+                assertEquals(narrowCache.heldBytes(), wideCache.heldBytes());
+                assertTrue(wideCache.heldBytes() < 1024, "cache holds " + wideCache.heldBytes() + " bytes");
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    /** A forged map output: its data, and a metadata region listing {@code offsets}, both registered. */
+    private static final class Forged implements AutoCloseable {
+        final MemoryRegion data;
+        final ByteBuffer metaMem;
+        final MemoryRegion meta;
+        final MemoryRegion slot;
+
+        Forged(RdmaNode executor, int dataBytes, long regionBytes, long... offsets) throws Exception {
+            data = executor.register(ByteBuffer.allocateDirect(dataBytes), RegionAccess.REMOTE_READ);
+            int parts = offsets.length - 1;
+            metaMem = ByteBuffer.allocateDirect((int) ShuffleOutputTable.metadataBytes(1, parts));
+            metaMem.putInt(1).putInt(parts).putLong(regionBytes).putLong(0);
+            RegionDescriptor d = data.descriptor();
+            new RegionDescriptor(d.address(), regionBytes, d.rkey()).writeTo(metaMem);
+            for (long o : offsets) {
+                metaMem.putLong(o);
+            }
+            metaMem.clear();
+            meta = executor.register(metaMem, RegionAccess.REMOTE_READ);
+            ByteBuffer slotMem = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
+            RegionDescriptor m = meta.descriptor();
+            slotMem.putInt(1).putInt(1).putLong(0).putLong(m.address()).putInt(m.rkey()).putInt((int) m.length())
+                    .clear();
+            slot = executor.register(slotMem, RegionAccess.REMOTE_READ);
+        }
+
+        BlockFetcher.Request request(NodeAddress peer, int start, int end) {
+            return new BlockFetcher.Request(peer, slot.descriptor(), 0, 0, start, end,
+                    new BlockFetcher.Expected((int) (metaMem.capacity() - 44) / 8 - 1, 0, 1 << 20));
+        }
+
+        @Override
+        public void close() {
+            slot.close();
+            meta.close();
+            data.close();
+        }
+    }
+
+    private static FetchFailure failureOf(BlockFetcher fetcher, BlockFetcher.Request r) {
+        fetcher.add(r);
+        FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+        assertEquals(r, f.request());
+        return f;
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldFailTheFetchWhenAPeerListsOffsetsThatCannotBe() throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
+            NodeAddress peer = executor.localAddress();
+            try (Forged decreasing = new Forged(executor, 1000, 1000, 0, 600, 400, 1000)) {
+                // uncached: the metadata READ brings offsets 1..2, which decrease
+                FetchFailure f = failureOf(fetcher, decreasing.request(peer, 1, 2));
+                assertTrue(f.getMessage().contains("partition 2 at offset 400 (after 600"), f.getMessage());
+                fetcher.add(decreasing.request(peer, 0, 1));
+                try (BlockFetcher.Block b = fetcher.next()) {
+                    assertEquals(600, b.length()); // offsets 0..1 are fine: the metadata is cached now
+                }
+                // cached: the offsets READ alone brings them
+                long control = fetcher.controlBytesRead();
+                f = failureOf(fetcher, decreasing.request(peer, 1, 3));
+                assertTrue(f.getMessage().contains("corrupt map output metadata"), f.getMessage());
+                assertEquals(control + 3 * 8, fetcher.controlBytesRead(), "only the offsets were READ again");
+            }
+            try (Forged beyond = new Forged(executor, 1000, 1000, 0, 1200, 1000)) {
+                FetchFailure f = failureOf(fetcher, beyond.request(peer, 0, 1));
+                assertTrue(f.getMessage().contains("in 1000 bytes"), f.getMessage());
+            }
+            try (Forged shortEnd = new Forged(executor, 1000, 1000, 0, 10, 900)) { // the last offset is not the length
+                FetchFailure f = failureOf(fetcher, shortEnd.request(peer, 1, 2));
+                assertTrue(f.getMessage().contains("corrupt map output metadata"), f.getMessage());
+            }
+            try (Forged longRegion = new Forged(executor, 1000, 4000, 0, 10, 4000)) { // a region longer than its data
+                FetchFailure f = failureOf(fetcher, longRegion.request(peer, 1, 2));
+                assertTrue(f.getMessage().contains("data READ failed"), f.getMessage());
+            }
+            try (Forged narrow = new Forged(executor, 1000, 1000, 0, 10, 1000)) {
+                // a request for partitions the map output does not have: its offsets lie outside the region
+                BlockFetcher.Request outside = new BlockFetcher.Request(peer, narrow.slot.descriptor(), 0, 0, 1, 5);
+                FetchFailure f = failureOf(fetcher, outside);
+                assertTrue(f.getMessage().contains("partition range outside the map output"), f.getMessage());
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
         }
     }
 

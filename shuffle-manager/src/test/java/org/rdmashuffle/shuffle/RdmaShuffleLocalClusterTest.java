@@ -378,9 +378,9 @@ class RdmaShuffleLocalClusterTest {
             assertEquals(shuffleId, f.shuffleId(), f.toString());
             assertTrue(f.mapIndex() >= 0 && f.mapIndex() < 6 && f.reduceId() >= 0 && f.reduceId() < 4, f.toString());
             assertTrue(withdrawn.contains(f.bmAddress().executorId()), f.toString());
-            // metadata cached from the first job: the data READ finds the region gone (a reducer without it
+            // metadata cached from the first job: the offsets READ finds the region gone (a reducer without it
             // would find the slot empty and read the files, still on disk, through Spark's path)
-            assertTrue(f.message().contains("data READ failed"), f.message());
+            assertTrue(f.message().contains("offsets READ failed"), f.message());
         }
     }
 

@@ -78,12 +78,17 @@ class ShuffleOutputTableTest {
                 RegionDescriptor md = s.metadata();
                 assertEquals(ReadStatus.SUCCESS, read(ch, md.address(), md.rkey(), (int) md.length(), sink));
                 ShuffleOutputTable.Metadata meta = ShuffleOutputTable.Metadata.parse(
-                        sinkMem.duplicate().limit((int) md.length()));
+                        sinkMem.duplicate().limit((int) md.length()), md);
                 assertEquals(s.regionCount(), meta.regions().length);
+                assertEquals(files[m].length, meta.totalBytes());
+                long[] offs = new long[5];
+                meta.readOffsets(sinkMem.duplicate().position((int) meta.offsetPosition(0)), 0, 4, offs);
+                assertEquals(java.util.Arrays.toString(offsets[m]), java.util.Arrays.toString(offs));
                 for (int p = 0; p < 4; p++) {
                     int[] at = {0};
                     ReadBatch b = new ReadBatch(8);
-                    int n = meta.layout().forEachPiece(p, p + 1, 32 << 10, (r, off, len) -> {
+                    int n = MapOutputLayout.forEachPiece(offs[p], offs[p + 1], meta.maxRegionBytes(), 32 << 10,
+                            (r, off, len) -> {
                         b.add(meta.regions()[r].address() + off, meta.regions()[r].rkey(), len, sink, at[0], at[0]);
                         at[0] += len;
                     });
@@ -123,16 +128,82 @@ class ShuffleOutputTableTest {
         }
     }
 
+    /** A metadata header and descriptors of regions {@code lengths}, each of at most {@code maxRegion} bytes. */
+    private static ByteBuffer head(int partitions, long maxRegion, long... lengths) {
+        ByteBuffer b = ByteBuffer.allocate(24 + lengths.length * RegionDescriptor.ENCODED_BYTES);
+        b.putInt(lengths.length).putInt(partitions).putLong(maxRegion).putLong(7);
+        for (long l : lengths) {
+            new RegionDescriptor(1L << 32, l, 5).writeTo(b);
+        }
+        return b.flip();
+    }
+
+    private static RegionDescriptor where(int regions, int partitions) {
+        return new RegionDescriptor(2L << 32, ShuffleOutputTable.metadataBytes(regions, partitions), 9);
+    }
+
+    private static void assertCorrupt(org.junit.jupiter.api.function.Executable parse) {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, parse);
+        assertTrue(e.getMessage().contains("corrupt map output metadata") || e.getMessage().contains("outside"),
+                e.getMessage());
+    }
+
     @Test
     void shouldRejectCorruptMetadataWhenParsed() {
         ByteBuffer b = ByteBuffer.allocate(24).putInt(1000).putInt(4).putLong(1 << 20).putLong(7).flip();
-        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                () -> ShuffleOutputTable.Metadata.parse(b));
-        assertTrue(e.getMessage().contains("corrupt map output metadata"), e.getMessage());
+        assertCorrupt(() -> ShuffleOutputTable.Metadata.parse(b, where(1000, 4)));
         ByteBuffer shortHeader = ByteBuffer.allocate(16).putInt(0).putInt(4).putLong(1 << 20).flip();
-        e = assertThrows(IllegalArgumentException.class, () -> ShuffleOutputTable.Metadata.parse(shortHeader));
-        assertTrue(e.getMessage().contains("corrupt map output metadata"), e.getMessage());
+        assertCorrupt(() -> ShuffleOutputTable.Metadata.parse(shortHeader, where(0, 4)));
+        // the region's length does not fit the counts the header gives
+        assertCorrupt(() -> ShuffleOutputTable.Metadata.parse(head(4, 100, 100, 50), where(2, 5)));
+        // a region other than the last shorter than the others, a last one longer, regions of 0 bytes
+        assertCorrupt(() -> ShuffleOutputTable.Metadata.parse(head(4, 100, 60, 50), where(2, 4)));
+        assertCorrupt(() -> ShuffleOutputTable.Metadata.parse(head(4, 100, 100, 150), where(2, 4)));
+        assertCorrupt(() -> ShuffleOutputTable.Metadata.parse(head(4, 0, 0), where(1, 4)));
+
+        ShuffleOutputTable.Metadata m = ShuffleOutputTable.Metadata.parse(head(4, 100, 100, 50), where(2, 4));
+        assertEquals(150, m.totalBytes());
+        assertEquals(24 + 2 * RegionDescriptor.ENCODED_BYTES + 3 * 8, m.offsetPosition(3));
+        long[] out = new long[5];
+        m.readOffsets(offsets(0, 10, 10, 120, 150), 0, 4, out);
+        assertEquals(120, out[3]);
+        m.readOffsets(offsets(10, 120), 2, 3, out);
+        assertEquals(10, out[0]);
+        assertCorrupt(() -> m.readOffsets(offsets(0, 10, 5, 120, 150), 0, 4, out)); // decreasing
+        assertCorrupt(() -> m.readOffsets(offsets(120, 151), 3, 4, out)); // beyond the data
+        assertCorrupt(() -> m.readOffsets(offsets(120, 149), 3, 4, out)); // the last is not the data's length
+        assertCorrupt(() -> m.readOffsets(offsets(3, 10), 0, 1, out)); // the first is not 0
+        assertCorrupt(() -> m.readOffsets(offsets(-1, 10), 1, 2, out));
+        assertCorrupt(() -> m.readOffsets(offsets(0, 0), 4, 5, out)); // window outside the partitions
+        assertCorrupt(() -> m.readOffsets(offsets(0, 0), 2, 1, out));
         ByteBuffer s = ByteBuffer.allocate(32).putInt(0, 77);
         assertThrows(IllegalArgumentException.class, () -> ShuffleOutputTable.Slot.parse(s));
+    }
+
+    private static ByteBuffer offsets(long... values) {
+        ByteBuffer b = ByteBuffer.allocate(values.length * 8);
+        for (long v : values) {
+            b.putLong(v);
+        }
+        return b.flip();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldKeepNoOffsetsOnTheHeapOnceAnOutputIsPublished(@TempDir Path dir) throws Exception {
+        long[] offsets = {0, 10, 10, 300};
+        Path f = dir.resolve("shuffle_6_0_0.data");
+        Files.write(f, new byte[300]);
+        try (RdmaNode executor = RdmaTransport.open(TCP, NodeOptions.loopback());
+             ShuffleOutputTable table = new ShuffleOutputTable(executor, 6, 1)) {
+            RegisteredMapOutput out = RegisteredMapOutput.register(executor, f, new MapOutputLayout(offsets, 128));
+            assertEquals(3, out.layout().numPartitions());
+            table.publish(0, 4, out);
+            // the metadata region holds them now; the output keeps its length, not the layout
+            IllegalStateException e = assertThrows(IllegalStateException.class, out::layout);
+            assertTrue(e.getMessage().contains("metadata region"), e.getMessage());
+            assertEquals(300, out.registeredBytes());
+            assertEquals(300, table.registeredOutputBytes());
+        }
     }
 }
