@@ -28,8 +28,8 @@ import org.rdmashuffle.transport.TransportException;
  * slot in the serving executor's {@link ShuffleOutputTable}, then the output's metadata header and
  * region descriptors with only the offsets of the range (the header and descriptors cached in a
  * {@link MetadataCache}, one per shuffle on an executor; a cached request READs its offsets alone),
- * then the bytes, into pooled registered buffers. Finished blocks come out of {@link #next} in completion order, so consuming one overlaps
- * fetching the others.
+ * then the bytes, into pooled registered buffers. Finished blocks come out of {@link #next} in
+ * completion order, so consuming one overlaps fetching the others.
  *
  * <p><b>Budget.</b> Every READ counts, slot and metadata READs as well as data READs: at most
  * {@code maxReadsInFlightPerPeer} READs to one peer are posted and not yet taken up by the task, and
@@ -587,7 +587,8 @@ public final class BlockFetcher implements AutoCloseable {
         Request r = s.request;
         ShuffleOutputTable.Metadata m = metadataCache.get(r.peer(), r.table().rkey(), r.mapIndex(), r.mapId());
         if (m != null) {
-            if (r.startPartition() < 0 || r.endPartition() > m.numPartitions() || r.startPartition() > r.endPartition()) {
+            if (r.startPartition() < 0 || r.endPartition() > m.numPartitions()
+                    || r.startPartition() > r.endPartition()) {
                 ready.add(failure(r, "partition range outside the map output's " + m.numPartitions(), null));
                 return false;
             }
@@ -612,13 +613,6 @@ public final class BlockFetcher implements AutoCloseable {
     private Object toData(Step s, ShuffleOutputTable.Metadata m) {
         Request r = s.request;
         long bytes = s.endOffset - s.firstOffset;
-        int pieces;
-        try {
-            pieces = MapOutputLayout.forEachPiece(s.firstOffset, s.endOffset, m.maxRegionBytes(), readBlockBytes,
-                    COUNT_ONLY);
-        } catch (RuntimeException e) {
-            return failure(r, "partition range outside the map output", e);
-        }
         Expected e = r.expected();
         if (bytes < e.minBytes() || bytes > e.maxBytes()) {
             return failure(r, "map output at peer does not match MapOutputTracker: partitions [" + r.startPartition()
@@ -630,6 +624,13 @@ public final class BlockFetcher implements AutoCloseable {
         }
         if (bytes > Integer.MAX_VALUE - 8) {
             return failure(r, "block of " + bytes + " bytes exceeds 2 GiB", null);
+        }
+        int pieces;
+        try {
+            pieces = MapOutputLayout.forEachPiece(s.firstOffset, s.endOffset, m.maxRegionBytes(), readBlockBytes,
+                    COUNT_ONLY);
+        } catch (RuntimeException ex) {
+            return failure(r, "partition range outside the map output", ex);
         }
         s.phase = Phase.DATA;
         s.metadata = m;
