@@ -30,7 +30,13 @@ public final class DirectMemory {
     private static final Field ADDRESS;
     private static final Cleaner CLEANER;
     /** Memory {@link #allocateUnzeroed} handed out and not freed yet, by address. */
-    private static final Map<Long, Cleaner.Cleanable> UNZEROED = new ConcurrentHashMap<>();
+    private static final Map<Long, Held> UNZEROED = new ConcurrentHashMap<>();
+    /** Set once allocateMemory refused (a JDK that denies sun.misc.Unsafe's memory access): allocateDirect from then on. */
+    private static volatile boolean refused;
+
+    /** A buffer {@link #allocateUnzeroed} handed out (weakly, so its Cleaner still runs) and its release. */
+    private record Held(java.lang.ref.WeakReference<ByteBuffer> buffer, Cleaner.Cleanable release) {
+    }
 
     static {
         Object unsafe = null;
@@ -116,7 +122,7 @@ public final class DirectMemory {
      * @throws OutOfMemoryError past {@code -XX:MaxDirectMemorySize}, or when the system has no memory
      */
     public static ByteBuffer allocateUnzeroed(int bytes) {
-        if (WRAP == null || bytes == 0) {
+        if (WRAP == null || bytes == 0 || refused) {
             return ByteBuffer.allocateDirect(bytes);
         }
         try {
@@ -131,9 +137,12 @@ public final class DirectMemory {
             address = (long) ALLOCATE_MEMORY.invoke(UNSAFE, (long) bytes);
         } catch (InvocationTargetException | IllegalAccessException | RuntimeException e) {
             unreserve(bytes);
-            if (e instanceof InvocationTargetException ite) {
-                throw rethrown(ite);
+            if (e instanceof InvocationTargetException ite && ite.getCause() instanceof Error error) {
+                throw error; // OutOfMemoryError: the system has no memory
             }
+            // e.g. UnsupportedOperationException under --sun-misc-unsafe-memory-access=deny (JDK 24+)
+            refused = true;
+            LOG.debug("direct memory is allocated zeroed from now on: {}", e.toString());
             return ByteBuffer.allocateDirect(bytes);
         }
         ByteBuffer buffer;
@@ -145,7 +154,8 @@ public final class DirectMemory {
             return ByteBuffer.allocateDirect(bytes);
         }
         // Slices and duplicates keep the buffer reachable (their attachment), as they do for allocateDirect.
-        UNZEROED.put(address, CLEANER.register(buffer, new Release(address, bytes)));
+        UNZEROED.put(address, new Held(new java.lang.ref.WeakReference<>(buffer),
+                CLEANER.register(buffer, new Release(address, bytes))));
         return buffer;
     }
 
@@ -196,14 +206,19 @@ public final class DirectMemory {
             return;
         }
         if (ADDRESS != null && !UNZEROED.isEmpty()) {
-            Cleaner.Cleanable c;
+            Held h;
             try {
-                c = UNZEROED.get(ADDRESS.getLong(buffer));
+                h = UNZEROED.get(ADDRESS.getLong(buffer));
             } catch (IllegalAccessException | RuntimeException e) {
-                c = null;
+                h = null;
             }
-            if (c != null) {
-                c.clean(); // runs Release once, whoever comes first
+            if (h != null) {
+                if (h.buffer().get() != buffer) {
+                    // a duplicate or a slice at its start: freeing it would free memory the buffer still uses
+                    LOG.warn("not freeing a duplicate or slice of a direct buffer; only the buffer itself is freed");
+                    return;
+                }
+                h.release().clean(); // runs Release once, whoever comes first
                 return;
             }
         }

@@ -86,4 +86,21 @@ class DirectMemoryTest {
         assertNotNull(refused, "4 GiB of direct memory was handed out under a 2 GiB limit");
         assertTrue(String.valueOf(refused.getMessage()).contains("direct buffer memory"), refused.toString());
     }
+
+    @Test
+    void shouldNotFreeUnzeroedMemoryThroughADuplicateOrASliceAtItsStart() {
+        assertTrue(DirectMemory.unzeroedAvailable(), "allocation without zeroing is unavailable on this JDK");
+        BufferPoolMXBean bean = direct();
+        long before = bean.getTotalCapacity();
+        ByteBuffer b = DirectMemory.allocateUnzeroed(1 << 20);
+        // Same address as b: freeing either would leave b pointing at freed memory (a crash or another
+        // allocation's bytes on its next use), as invokeCleaner refuses to do for allocateDirect's buffers.
+        DirectMemory.free(b.duplicate());
+        DirectMemory.free(b.slice(0, 4096));
+        assertEquals(before + (1 << 20), bean.getTotalCapacity(), "a duplicate or slice freed the buffer's memory");
+        b.putLong(0, 42L);
+        assertEquals(42L, b.getLong(0));
+        DirectMemory.free(b);
+        assertEquals(before, bean.getTotalCapacity());
+    }
 }
