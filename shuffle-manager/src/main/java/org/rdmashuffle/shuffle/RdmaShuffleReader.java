@@ -187,6 +187,30 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         return decodeAndCombine(new Blocks(rt, local, remote, tables, viaSpark, ess && !never));
     }
 
+    /**
+     * Cuts consecutive blocks into runs fetched by one request each: a run's upper bounds sum to at most
+     * {@code cap}, except a run of one block, which may exceed it.
+     *
+     * @param bounds the most bytes each block may hold, in file order
+     * @return the exclusive end index of each run, in order
+     */
+    static int[] runEnds(long[] bounds, long cap) {
+        int[] ends = new int[bounds.length];
+        int runs = 0;
+        long sum = 0;
+        for (int i = 0; i < bounds.length; i++) {
+            if (i > 0 && (sum > cap || bounds[i] > cap - sum)) {
+                ends[runs++] = i;
+                sum = 0;
+            }
+            sum = bounds[i] > Long.MAX_VALUE - sum ? Long.MAX_VALUE : sum + bounds[i];
+        }
+        if (bounds.length > 0) {
+            ends[runs++] = bounds.length;
+        }
+        return java.util.Arrays.copyOf(ends, runs);
+    }
+
     private static List<Tuple3<BlockId, Object, Object>> tracked(List<Origin> blocks) {
         List<Tuple3<BlockId, Object, Object>> out = new ArrayList<>(blocks.size());
         for (Origin o : blocks) {
@@ -245,7 +269,10 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             this.numPartitions = dep.partitioner().numPartitions();
             this.rangeBytes = rt.pool.options().maxBufferBytes();
             // A map output's blocks of this task's partitions lie one after the other in its data file: one
-            // request fetches a run of them (AQE coalescing), up to a buffer's worth by their reported sizes.
+            // request fetches a run of them (AQE coalescing), up to a buffer's worth by the most bytes the tracker
+            // allows each block — not its reported size: past spark.shuffle.minNumPartitionsToHighlyCompress a
+            // MapStatus reports the map's average for every block under the accurate-size threshold, and a run
+            // grouped by averages could hold gigabytes. There every block goes alone, as before merging.
             Map<List<Object>, List<Origin>> byOutput = new LinkedHashMap<>();
             for (Origin o : remote) {
                 byOutput.computeIfAbsent(List.of(o.address(), o.mapIndex(), o.blockId().mapId()),
@@ -253,18 +280,15 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             }
             for (List<Origin> blocks : byOutput.values()) {
                 blocks.sort(java.util.Comparator.comparingInt(o -> o.blockId().reduceId()));
-                int from = 0;
-                long reported = 0;
-                for (int i = 0; i < blocks.size(); i++) {
-                    long size = blocks.get(i).reportedBytes();
-                    if (i > from && reported + size > rangeBytes) {
-                        addToFetcher(blocks.subList(from, i));
-                        from = i;
-                        reported = 0;
-                    }
-                    reported += size;
+                long[] bounds = new long[blocks.size()];
+                for (int i = 0; i < bounds.length; i++) {
+                    bounds[i] = mostBytes(blocks.get(i));
                 }
-                addToFetcher(blocks.subList(from, blocks.size()));
+                int from = 0;
+                for (int to : runEnds(bounds, rangeBytes)) {
+                    addToFetcher(blocks.subList(from, to));
+                    from = to;
+                }
             }
             if (!viaSpark.isEmpty()) {
                 sparkBlocks = fetchThroughSpark(viaSpark); // fetching starts now
@@ -273,7 +297,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
 
         private final Map<BlockManagerId, RegionDescriptor> tables;
         private final int numPartitions;
-        /** Reported bytes one request for several blocks of a map output covers at most. */
+        /** Bytes (the tracker's upper bounds) one request for several blocks of a map output covers at most. */
         private final long rangeBytes;
 
         /** The most bytes the tracker allows block {@code o}; never 0, as empty blocks are not fetched. */

@@ -1,5 +1,6 @@
 package org.rdmashuffle.shuffle;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertSame;
@@ -110,5 +111,65 @@ class SparkInteropTest {
                         + " for " + sizes[p] + " bytes");
             }
         }
+    }
+
+    @ParameterizedTest(name = "{0} partitions")
+    @CsvSource({"200", "3000"})
+    void shouldNeverGroupBlocksIntoARequestLargerThanABufferWhateverTheMapStatusReports(int partitions) {
+        // A map output of 3000 partitions whose blocks are 20 MiB (reported as the map's average under a highly
+        // compressed MapStatus, which can be far below) or a few bytes: grouped by their reported sizes, runs of
+        // "small" blocks would hold many buffers' worth; grouped by the tracker's upper bounds, never.
+        SparkConf conf = new SparkConf(false);
+        long cap = 8L << 20;
+        long[] sizes = new long[partitions];
+        for (int p = 0; p < partitions; p++) {
+            sizes[p] = p % 30 == 0 ? 20L << 20 : 1 + p % 7;
+        }
+        org.apache.spark.scheduler.MapStatus status = org.apache.spark.scheduler.MapStatus$.MODULE$.apply(
+                BlockManagerId.apply("exec-1", "host", 7337, Option.empty()), sizes, 5L, 0L);
+        long[] bounds = new long[partitions];
+        for (int p = 0; p < partitions; p++) {
+            bounds[p] = SparkInterop.mostBytesOfBlock(status.getSizeForBlock(p), partitions, conf);
+        }
+        int[] ends = RdmaShuffleReader.runEnds(bounds, cap);
+        int from = 0;
+        int merged = 0;
+        for (int to : ends) {
+            assertTrue(to > from, java.util.Arrays.toString(ends));
+            long real = 0;
+            for (int p = from; p < to; p++) {
+                real += sizes[p];
+            }
+            assertTrue(to - from == 1 || real <= cap, "blocks [" + from + ", " + to + ") hold " + real + " bytes");
+            merged += to - from > 1 ? 1 : 0;
+            from = to;
+        }
+        assertEquals(partitions, from);
+        // With exact (compressed) statuses the small blocks between the large ones still share requests.
+        assertEquals(partitions <= 2000, merged > 0, merged + " merged runs");
+        // The hazard is real in this data: grouped by reported sizes (the map's average), a run of a highly
+        // compressed status holds far more than a buffer.
+        long[] reported = new long[partitions];
+        for (int p = 0; p < partitions; p++) {
+            reported[p] = status.getSizeForBlock(p);
+        }
+        long worst = 0;
+        from = 0;
+        for (int to : RdmaShuffleReader.runEnds(reported, cap)) {
+            long real = 0;
+            for (int p = from; p < to; p++) {
+                real += sizes[p];
+            }
+            worst = Math.max(worst, to - from > 1 ? real : 0);
+            from = to;
+        }
+        assertEquals(partitions > 2000, worst > cap, "largest merged run by reported sizes: " + worst + " bytes");
+    }
+
+    @org.junit.jupiter.api.Test
+    void shouldCutRunsAtTheCapAndLetASingleOversizedBlockGoAlone() {
+        assertArrayEquals(new int[] {2, 3, 4, 5}, RdmaShuffleReader.runEnds(new long[] {4, 4, 9, 1, Long.MAX_VALUE}, 8));
+        assertArrayEquals(new int[] {1, 2}, RdmaShuffleReader.runEnds(new long[] {Long.MAX_VALUE, 1}, 8));
+        assertArrayEquals(new int[0], RdmaShuffleReader.runEnds(new long[0], 8));
     }
 }
