@@ -112,8 +112,10 @@ public final class BlockFetcher implements AutoCloseable {
     public final class Block implements AutoCloseable {
         private final Request request;
         private final RegisteredBuffer buffer;
-        private final int length;
+        private final long length;
         private final long readNanos;
+        /** For a block larger than the pool's largest buffer: the windows it streams through, else null. */
+        private final Stream stream;
         private final String viaSpark;
         /**
          * The map output's offsets of partitions {@code startPartition..endPartition} (absolute), or null
@@ -123,24 +125,30 @@ public final class BlockFetcher implements AutoCloseable {
         private boolean released;
 
         Block(Request request, RegisteredBuffer buffer, int length, long readNanos, long[] window) {
-            this(request, buffer, length, readNanos, null, window);
+            this(request, buffer, length, readNanos, null, window, null);
         }
 
-        private Block(Request request, RegisteredBuffer buffer, int length, long readNanos, String viaSpark,
+        private Block(Request request, RegisteredBuffer buffer, long length, long readNanos, String viaSpark,
                       long[] window) {
+            this(request, buffer, length, readNanos, viaSpark, window, null);
+        }
+
+        private Block(Request request, RegisteredBuffer buffer, long length, long readNanos, String viaSpark,
+                      long[] window, Stream stream) {
             this.request = request;
             this.buffer = buffer;
             this.length = length;
             this.readNanos = readNanos;
             this.viaSpark = viaSpark;
             this.window = window;
+            this.stream = stream;
         }
 
         /**
          * Where partition {@code partition} starts in {@link #bytes()}, for a partition from the request's
          * start to its end (inclusive: {@code offsetOf(endPartition)} is {@link #length()}).
          */
-        public int offsetOf(int partition) {
+        public long offsetOf(int partition) {
             if (partition < request.startPartition() || partition > request.endPartition()) {
                 throw new IndexOutOfBoundsException("partition " + partition + " outside [" + request.startPartition()
                         + ", " + request.endPartition() + "]");
@@ -149,7 +157,7 @@ public final class BlockFetcher implements AutoCloseable {
                 return length;
             }
             int i = partition - request.startPartition();
-            return i == 0 || window == null ? 0 : (int) (window[i] - window[0]);
+            return i == 0 || window == null ? 0 : window[i] - window[0];
         }
 
         /**
@@ -168,22 +176,58 @@ public final class BlockFetcher implements AutoCloseable {
             return viaSpark;
         }
 
-        /** Time from posting the block's data READs to their last completion. */
+        /**
+         * Time from posting the block's data READs to their last completion; for a {@link #streamed()}
+         * block, the sum over the windows taken so far.
+         */
         public long readNanos() {
-            return readNanos;
+            return stream != null ? stream.readNanos : readNanos;
+        }
+
+        /**
+         * Whether the block is larger than the pool's largest buffer: its bytes are not in one buffer
+         * ({@link #bytes()} fails) but come through {@link #open} window by window.
+         */
+        public boolean streamed() {
+            return stream != null;
         }
 
         public Request request() {
             return request;
         }
 
-        public int length() {
+        public long length() {
             return length;
         }
 
-        /** The bytes (a view: position 0, limit {@link #length()}); valid until {@link #close()}. */
+        /**
+         * The bytes (a view: position 0, limit {@link #length()}); valid until {@link #close()}.
+         *
+         * @throws IllegalStateException for a {@link #streamed()} block
+         */
         public ByteBuffer bytes() {
-            return buffer == null ? ByteBuffer.allocate(0) : buffer.byteBuffer().duplicate().clear().limit(length);
+            if (stream != null) {
+                throw new IllegalStateException("a streamed block of " + length + " bytes is read through open()");
+            }
+            return buffer == null ? ByteBuffer.allocate(0)
+                    : buffer.byteBuffer().duplicate().clear().limit((int) length);
+        }
+
+        /**
+         * Bytes {@code [from, to)} of the block as a stream, valid until {@link #close()}. A
+         * {@link #streamed()} block is read front to back: each range opened starts at or after where
+         * the previous one was left (bytes between are skipped), and its reads wait for the windows to
+         * land; a failed window READ, or none landing in time, is thrown as a {@link StreamFailed}
+         * carrying the {@link FetchFailure} (task thread only).
+         */
+        public java.io.InputStream open(long from, long to) {
+            if (from < 0 || to < from || to > length) {
+                throw new IndexOutOfBoundsException("[" + from + ", " + to + ") outside a block of " + length);
+            }
+            if (stream == null) {
+                return new ByteBufferInputStream(bytes().position((int) from).limit((int) to).slice());
+            }
+            return stream.range(from, to);
         }
 
         /** Returns the buffer to the pool and the bytes to the in-flight budget (task thread). */
@@ -193,6 +237,10 @@ public final class BlockFetcher implements AutoCloseable {
                 return;
             }
             released = true;
+            if (stream != null) {
+                stream.close();
+                return;
+            }
             if (buffer != null) {
                 buffer.release();
             }
@@ -216,7 +264,285 @@ public final class BlockFetcher implements AutoCloseable {
         /** The offsets of the request's partitions, its metadata being cached. */
         OFFSETS,
         /** The block's bytes. */
-        DATA
+        DATA,
+        /** One window of a streamed block's bytes. */
+        WINDOW
+    }
+
+    /** A streamed block's failure, thrown from its stream's reads (unchecked: it crosses decoders). */
+    public static final class StreamFailed extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+        private final transient FetchFailure failure;
+
+        StreamFailed(FetchFailure failure) {
+            super(failure.getMessage(), failure);
+            this.failure = failure;
+        }
+
+        public FetchFailure failure() {
+            return failure;
+        }
+    }
+
+    /** Window buffers (of the pool's largest size) one streamed block holds at most: posted, landed or read. */
+    static final int STREAM_WINDOWS = 3;
+
+    /**
+     * The windows of a block larger than the pool's largest buffer: bytes {@code [first, end)} of the
+     * data file, READ {@link #windowBytes} at a time into at most {@link #STREAM_WINDOWS} pooled buffers,
+     * read in order; each buffer goes back to the pool as soon as it is read, and the next window's READ
+     * is posted then. Task thread only, but for the windows' completions (through {@code landedSteps}).
+     * Nothing is allocated per window: the window steps are made once per stream and reused.
+     */
+    private final class Stream {
+        final Request request;
+        final Peer peer;
+        final ShuffleOutputTable.Metadata metadata;
+        final long first;
+        final long end;
+        final Step[] windows = new Step[STREAM_WINDOWS];
+        /** Windows posted, and windows read and given back (window k is in {@code windows[k % N]}). */
+        long posted;
+        long taken;
+        /** Where the next window starts in the data file. */
+        long postAt;
+        /** Bytes of the block read so far; where the current window's unread bytes begin in it. */
+        long position;
+        boolean reading;
+        int readAt;
+        int readLimit;
+        long readNanos;
+        FetchFailure failed;
+        boolean streamClosed;
+
+        Stream(Request request, Peer peer, ShuffleOutputTable.Metadata metadata, long first, long end) {
+            this.request = request;
+            this.peer = peer;
+            this.metadata = metadata;
+            this.first = first;
+            this.end = end;
+            this.postAt = first;
+        }
+
+        java.io.InputStream range(long from, long to) {
+            if (streamClosed) {
+                throw new IllegalStateException("block closed");
+            }
+            if (from < position) {
+                throw new IllegalStateException("a streamed block is read front to back: byte " + from
+                        + " is behind byte " + position);
+            }
+            return new Range(from, to);
+        }
+
+        /** A range of the block: skips to its start on first read. */
+        private final class Range extends java.io.InputStream {
+            private final long from;
+            private final long to;
+
+            Range(long from, long to) {
+                this.from = from;
+                this.to = to;
+            }
+
+            private boolean seek() {
+                while (position < from) {
+                    if (!advance()) {
+                        return false;
+                    }
+                    int n = (int) Math.min(readLimit - readAt, from - position);
+                    readAt += n;
+                    position += n;
+                }
+                return position < to;
+            }
+
+            @Override
+            public int read() {
+                if (!seek() || !advance()) {
+                    return -1;
+                }
+                int v = windows[(int) (taken % STREAM_WINDOWS)].buffer.byteBuffer().get(readAt) & 0xFF;
+                readAt++;
+                position++;
+                return v;
+            }
+
+            @Override
+            public int read(byte[] b, int off, int len) {
+                java.util.Objects.checkFromIndexSize(off, len, b.length);
+                if (len == 0) {
+                    return 0;
+                }
+                if (!seek() || !advance()) {
+                    return -1;
+                }
+                int n = (int) Math.min(Math.min(len, readLimit - readAt), to - position);
+                windows[(int) (taken % STREAM_WINDOWS)].buffer.byteBuffer().get(readAt, b, off, n);
+                readAt += n;
+                position += n;
+                return n;
+            }
+
+            @Override
+            public long skip(long n) {
+                if (n <= 0 || !seek()) {
+                    return 0;
+                }
+                long target = Math.min(to, position + n);
+                long start = position;
+                while (position < target && advance()) {
+                    int k = (int) Math.min(readLimit - readAt, target - position);
+                    readAt += k;
+                    position += k;
+                }
+                return position - start;
+            }
+
+            @Override
+            public int available() {
+                return position < from || !reading ? 0 : (int) Math.min(readLimit - readAt, to - position);
+            }
+        }
+
+        /**
+         * Makes sure unread bytes of the current window are at hand: gives back a window read to its
+         * end, posts the next ones and waits for the one to read.
+         *
+         * @return false at the block's end
+         */
+        boolean advance() {
+            if (failed != null) {
+                throw new StreamFailed(failed);
+            }
+            if (streamClosed || closed) {
+                throw new IllegalStateException("block closed");
+            }
+            if (reading && readAt < readLimit) {
+                return true;
+            }
+            if (reading) {
+                Step w = windows[(int) (taken % STREAM_WINDOWS)];
+                giveBack(w);
+                reading = false;
+                taken++;
+            }
+            if (position == end - first) {
+                return false;
+            }
+            fill();
+            Step w = windows[(int) (taken % STREAM_WINDOWS)];
+            long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+            long deadline = System.nanoTime() + timeoutNanos;
+            while (!w.windowReady && failed == null) {
+                long left = deadline - System.nanoTime();
+                Step l;
+                try {
+                    l = left <= 0 ? null : landedSteps.poll(left, TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new IllegalStateException("interrupted while fetching a shuffle block", e);
+                }
+                if (l == null) {
+                    fail(failure(request, "no block arrived within " + timeoutMs + " ms (the window at byte "
+                            + position + " of a streamed block of " + (end - first) + " bytes)", null));
+                    break;
+                }
+                deadline = System.nanoTime() + timeoutNanos;
+                Object result = takeUp(l);
+                if (result != null) {
+                    ready.add(result);
+                }
+            }
+            if (failed != null) {
+                throw new StreamFailed(failed);
+            }
+            reading = true;
+            readAt = 0;
+            readLimit = w.bytes;
+            fill(); // the window just taken may have made room for the next ones
+            return true;
+        }
+
+        /** Posts the next windows while this stream holds fewer than {@link #STREAM_WINDOWS} and budgets allow. */
+        private void fill() {
+            while (posted - taken < STREAM_WINDOWS && postAt < end) {
+                int size = (int) Math.min(windowBytes, end - postAt);
+                boolean alone = posted == taken; // the stream holds nothing: it goes on whatever the budgets
+                if (!alone && (bytesInFlight + size > maxBytesInFlight
+                        || peer.readsInFlight + (size + readBlockBytes - 1) / readBlockBytes
+                                > maxReadsInFlightPerPeer)) {
+                    return;
+                }
+                RegisteredBuffer b = alone ? pool.acquire(size) : pool.tryAcquire(size);
+                if (b == null) {
+                    return;
+                }
+                int slot = (int) (posted % STREAM_WINDOWS);
+                Step w = windows[slot];
+                if (w == null) {
+                    w = new Step(BlockFetcher.this, request, peer);
+                    w.phase = Phase.WINDOW;
+                    w.stream = this;
+                    w.metadata = metadata;
+                    windows[slot] = w;
+                }
+                postWindow(w, b, postAt, size);
+                if (failed != null) {
+                    throw new StreamFailed(failed);
+                }
+                postAt += size;
+                posted++;
+            }
+        }
+
+        /** A landed window taken up on the task thread. */
+        void landed(Step w, int status) {
+            if (streamClosed || failed != null || closed) {
+                giveBack(w);
+                return;
+            }
+            if (status != ReadStatus.SUCCESS) {
+                giveBack(w);
+                fail(failure(request, "data READ failed at byte " + (w.windowAt - first) + " of a streamed block of "
+                        + (end - first) + " bytes: " + ReadStatus.describe(status), null));
+                return;
+            }
+            readNanos += w.landedNanos - w.postedNanos;
+            w.windowReady = true;
+        }
+
+        private void giveBack(Step w) {
+            w.windowReady = false;
+            if (w.buffer != null) {
+                w.releaseBuffer();
+                if (!closed) {
+                    bytesInFlight -= w.bytes;
+                }
+            }
+        }
+
+        /** Gives back every window at hand; those in flight come back as they land. */
+        private void releaseHeld() {
+            for (Step w : windows) {
+                if (w != null && !w.inFlight) {
+                    giveBack(w);
+                }
+            }
+            reading = false;
+        }
+
+        void fail(FetchFailure f) {
+            if (failed == null) {
+                failed = f;
+            }
+            releaseHeld();
+        }
+
+        void close() {
+            streamClosed = true;
+            releaseHeld();
+        }
     }
 
     /**
@@ -273,6 +599,10 @@ public final class BlockFetcher implements AutoCloseable {
         long endOffset;
         /** Offsets of every partition of the range, kept for the block when it has more than one. */
         long[] window;
+        /** For a window of a streamed block: the stream, where the window starts, whether it is at hand. */
+        Stream stream;
+        long windowAt;
+        boolean windowReady;
         long postedNanos;
         boolean inFlight;
         /** This step's entries in {@code postedOrder}, one per post; all but the last are stale. */
@@ -324,6 +654,8 @@ public final class BlockFetcher implements AutoCloseable {
     private final long maxBytesInFlight;
     private final int maxReadsInFlightPerPeer;
     private final int readBlockBytes;
+    /** The pool's largest buffer: a block larger than this streams through windows of this size. */
+    private final int windowBytes;
     private final long timeoutMs;
     private final MetadataCache metadataCache;
     /** Steps whose READs all completed, for the task thread; drained by close. */
@@ -382,6 +714,7 @@ public final class BlockFetcher implements AutoCloseable {
         this.maxBytesInFlight = maxBytesInFlight;
         this.maxReadsInFlightPerPeer = maxReadsInFlightPerPeer;
         this.readBlockBytes = readBlockBytes;
+        this.windowBytes = pool.options().maxBufferBytes();
         this.timeoutMs = timeoutMs;
     }
 
@@ -622,15 +955,18 @@ public final class BlockFetcher implements AutoCloseable {
         if (bytes == 0) {
             return new Block(r, null, 0, 0, null, null);
         }
-        if (bytes > Integer.MAX_VALUE - 8) {
-            return failure(r, "block of " + bytes + " bytes exceeds 2 GiB", null);
-        }
         int pieces;
         try {
             pieces = MapOutputLayout.forEachPiece(s.firstOffset, s.endOffset, m.maxRegionBytes(), readBlockBytes,
                     COUNT_ONLY);
         } catch (RuntimeException ex) {
             return failure(r, "partition range outside the map output", ex);
+        }
+        if (bytes > windowBytes) {
+            // larger than the pool's largest buffer (or than 2 GiB): handed out now, READ window by window
+            // as it is read
+            return new Block(r, null, bytes, 0, null, s.window,
+                    new Stream(r, s.peer, m, s.firstOffset, s.endOffset));
         }
         s.phase = Phase.DATA;
         s.metadata = m;
@@ -758,6 +1094,47 @@ public final class BlockFetcher implements AutoCloseable {
             bytesInFlight -= s.bytes;
             s.releaseBuffer();
             ready.add(failure(r, "cannot post the " + s.phase.name().toLowerCase() + " READs", e));
+        } finally {
+            batch.clear();
+        }
+    }
+
+    /** Posts one window of a streamed block: bytes {@code [at, at + size)} of the data file into {@code b}. */
+    private void postWindow(Step w, RegisteredBuffer b, long at, int size) {
+        w.buffer = b;
+        w.windowAt = at;
+        w.windowReady = false;
+        try {
+            filling = w;
+            fillAt = 0;
+            MapOutputLayout.forEachPiece(at, at + size, w.metadata.maxRegionBytes(), readBlockBytes, addPiece);
+        } catch (RuntimeException e) {
+            batch.clear();
+            w.releaseBuffer();
+            w.stream.fail(failure(w.request, "cannot build the data READs", e));
+            return;
+        } finally {
+            filling = null;
+        }
+        w.reads = batch.size();
+        w.bytes = size;
+        w.armFor(w.reads);
+        w.inFlight = true;
+        w.postedNanos = System.nanoTime();
+        w.peer.readsInFlight += w.reads;
+        readsInFlight += w.reads;
+        bytesInFlight += size;
+        postedOrder.add(w);
+        w.postedEntries++;
+        try {
+            postTo(w, batch);
+        } catch (TransportException | RuntimeException e) {
+            w.inFlight = false;
+            w.peer.readsInFlight -= w.reads;
+            readsInFlight -= w.reads;
+            bytesInFlight -= size;
+            w.releaseBuffer();
+            w.stream.fail(failure(w.request, "cannot post the data READs", e));
         } finally {
             batch.clear();
         }
@@ -950,6 +1327,10 @@ public final class BlockFetcher implements AutoCloseable {
                 RegisteredBuffer b = s.buffer;
                 s.buffer = null; // the block owns it now; its bytes stay in the budget until it is closed
                 return new Block(r, b, s.bytes, s.landedNanos - s.postedNanos, s.window);
+            }
+            case WINDOW -> {
+                s.stream.landed(s, status);
+                return null;
             }
             default -> throw new IllegalStateException("a step landed in phase " + s.phase);
         }

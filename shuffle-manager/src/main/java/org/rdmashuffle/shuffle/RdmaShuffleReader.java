@@ -463,7 +463,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             long listed = 0;
             for (Origin o : sliceOrigins) {
                 int p = o.blockId().reduceId();
-                long bytes = (long) block.offsetOf(p + 1) - block.offsetOf(p);
+                long bytes = block.offsetOf(p + 1) - block.offsetOf(p);
                 if (bytes < 1 || bytes > mostBytes(o)) {
                     Origin failed = o;
                     releaseCurrent();
@@ -495,11 +495,16 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         private Iterator<Tuple2<Object, Object>> openSlice() {
             Origin o = sliceOrigins.get(nextSlice++);
             int p = o.blockId().reduceId();
-            int from = block.offsetOf(p);
-            int to = block.offsetOf(p + 1);
+            long from = block.offsetOf(p);
+            long to = block.offsetOf(p + 1);
             metrics.incRemoteBlocksFetched(1);
             metrics.incRemoteBytesRead(to - from);
-            InputStream raw = new ByteBufferInputStream(block.bytes().position(from).limit(to).slice());
+            InputStream raw = block.open(from, to);
+            if (block.streamed()) {
+                // larger than the pool's largest buffer: READ window by window as it is decoded; a window
+                // that fails mid-stream fails the fetch naming this block
+                raw = new StreamGuard(o, raw);
+            }
             try {
                 return SparkInterop.records(serializer, guard(o, raw, decode(o, raw)));
             } catch (IOException e) {
@@ -539,6 +544,54 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
          */
         private InputStream guard(Origin o, InputStream raw, InputStream decoded) {
             return decoded == raw || !detectCorrupt ? decoded : new CorruptionGuard(o, decoded);
+        }
+
+        /** Turns a streamed block's failed window into the FetchFailedException naming the block. */
+        private final class StreamGuard extends java.io.FilterInputStream {
+            private final Origin origin;
+
+            StreamGuard(Origin origin, InputStream raw) {
+                super(raw);
+                this.origin = origin;
+            }
+
+            private RuntimeException failed(BlockFetcher.StreamFailed e) {
+                Origin o = origin;
+                releaseCurrent(); // every window buffer back now
+                return fetchFailed(o, e.failure());
+            }
+
+            @Override
+            public int read() throws IOException {
+                try {
+                    return in.read();
+                } catch (BlockFetcher.StreamFailed e) {
+                    throw failed(e);
+                }
+            }
+
+            @Override
+            public int read(byte[] b, int off, int len) throws IOException {
+                try {
+                    return in.read(b, off, len);
+                } catch (BlockFetcher.StreamFailed e) {
+                    throw failed(e);
+                }
+            }
+
+            @Override
+            public long skip(long n) throws IOException {
+                try {
+                    return in.skip(n);
+                } catch (BlockFetcher.StreamFailed e) {
+                    throw failed(e);
+                }
+            }
+
+            @Override
+            public void close() {
+                // the block's windows are given back when the block is closed
+            }
         }
 
         private final class CorruptionGuard extends java.io.FilterInputStream {

@@ -726,7 +726,7 @@ class BlockFetcherTest {
                 BlockFetcher.Request r = out.request(executor.localAddress(), 0, 0, 1);
                 assertTrue(r.startPartition() < r.endPartition() && out.offsets[0][1] > 4096, "block too small");
                 // The task thread adds and waits for the block; its data buffer (64k class) is not to be had.
-                Future<Integer> block = task.submit(() -> {
+                Future<Long> block = task.submit(() -> {
                     fetcher.add(r);
                     try (BlockFetcher.Block b = fetcher.next()) {
                         out.assertBytes(b);
@@ -746,7 +746,7 @@ class BlockFetcherTest {
                 probe.release();
                 held.forEach(RegisteredBuffer::release);
                 held.clear();
-                assertEquals((int) out.offsets[0][1], block.get());
+                assertEquals(out.offsets[0][1], (long) block.get());
             } finally {
                 held.forEach(RegisteredBuffer::release);
                 task.shutdownNow();
@@ -1012,9 +1012,14 @@ class BlockFetcherTest {
                 FetchFailure f = null;
                 while (f == null && fetcher.outstanding() > 0) {
                     try (BlockFetcher.Block b = fetcher.next()) {
+                        if (b.streamed()) { // larger than the pool's largest buffer: READ as it is read
+                            b.open(0, b.length()).readAllBytes();
+                        }
                         delivered.add(b.request());
                     } catch (FetchFailure e) {
                         f = e;
+                    } catch (BlockFetcher.StreamFailed e) {
+                        f = e.failure();
                     }
                 }
                 assertTrue(f != null, "64 MiB arrived within 1 ms");
@@ -1026,6 +1031,204 @@ class BlockFetcherTest {
                 assertTrue(eventually(60, () -> pool.stats().inUseBuffers() == 0),
                         "receive buffers still held after the fetcher closed: " + pool.stats());
             }
+        }
+    }
+
+    // ---- blocks larger than the pool's largest buffer stream through windows ----
+
+    /** A pool whose largest buffer is 64 KiB (in chunks of 256 KiB): blocks above it stream. */
+    private static final RdmaShuffleConf SMALL_POOL = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+            "spark.shuffle.rdma.pool.leakDetection", "paranoid", "spark.shuffle.rdma.pool.maxBufferSize", "64k",
+            "spark.shuffle.rdma.pool.chunkSize", "256k"));
+    private static final int WINDOW = 64 << 10;
+
+    /**
+     * One map output of three partitions — small, 11 windows and a bit, small — registered as regions
+     * of 100,000 bytes, so windows cross region boundaries.
+     */
+    private static ShuffleOutputTable publishLarge(RdmaNode executor, Path dir, int shuffleId, byte[] data,
+                                                   long[] offsets) throws Exception {
+        new SplittableRandom(shuffleId).nextBytes(data);
+        Path f = dir.resolve("shuffle_" + shuffleId + "_0_0.data");
+        Files.write(f, data);
+        ShuffleOutputTable table = new ShuffleOutputTable(executor, shuffleId, 1);
+        table.publish(0, 0, RegisteredMapOutput.register(executor, f, new MapOutputLayout(offsets, 100_000)));
+        return table;
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldStreamABlockLargerThanThePoolsLargestBufferByteForByteThroughABoundedWindowOfPooledBuffers(
+            @TempDir Path dir) throws Exception {
+        byte[] data = new byte[11 * WINDOW + 5_000 + 30_000];
+        long[] offsets = {0, 5_000, 5_000 + 11 * WINDOW + 77, data.length};
+        try (RdmaNode executor = RdmaTransport.open(SMALL_POOL, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(SMALL_POOL, NodeOptions.loopback());
+             ShuffleOutputTable table = publishLarge(executor, dir, 20, data, offsets);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(SMALL_POOL), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 16 << 10, 20_000)) {
+            BlockFetcher.Request single = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0,
+                    1, 2);
+            BlockFetcher.Request run = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0, 0,
+                    3);
+            fetcher.add(single);
+            fetcher.add(run);
+            SplittableRandom sizes = new SplittableRandom(5);
+            long maxHeld = 0;
+            int got = 0;
+            while (fetcher.outstanding() > 0) {
+                try (BlockFetcher.Block b = fetcher.next()) {
+                    BlockFetcher.Request r = b.request();
+                    long from = offsets[r.startPartition()];
+                    assertEquals(offsets[r.endPartition()] - from, b.length(), "length of " + r);
+                    assertTrue(b.streamed(), "a block of " + b.length() + " bytes in one buffer of the pool");
+                    assertThrows(IllegalStateException.class, b::bytes);
+                    for (int p = r.startPartition(); p < r.endPartition(); p++) {
+                        long pf = b.offsetOf(p);
+                        long pt = b.offsetOf(p + 1);
+                        assertEquals(offsets[p] - from, pf, "partition " + p + " of " + r);
+                        java.io.ByteArrayOutputStream got1 = new java.io.ByteArrayOutputStream();
+                        java.io.InputStream in = b.open(pf, pt);
+                        byte[] chunk = new byte[40_000];
+                        for (;;) {
+                            maxHeld = Math.max(maxHeld, pool.stats().inUseBuffers());
+                            if (sizes.nextInt(4) == 0) { // byte by byte now and then
+                                int v = in.read();
+                                if (v < 0) {
+                                    break;
+                                }
+                                got1.write(v);
+                                continue;
+                            }
+                            int n = in.read(chunk, 0, 1 + sizes.nextInt(chunk.length));
+                            if (n < 0) {
+                                break;
+                            }
+                            got1.write(chunk, 0, n);
+                        }
+                        assertEquals(-1, ByteBuffer.wrap(got1.toByteArray()).mismatch(
+                                ByteBuffer.wrap(data, (int) offsets[p], (int) (offsets[p + 1] - offsets[p]))),
+                                "bytes of partition " + p + " of " + r);
+                    }
+                    got++;
+                }
+            }
+            assertEquals(2, got);
+            // byte-exactness through one read loop per block
+            fetcher.add(run);
+            try (BlockFetcher.Block b = fetcher.next()) {
+                java.io.InputStream in = b.open(0, b.length());
+                byte[] all = new byte[(int) b.length()];
+                int at = 0;
+                while (at < all.length) {
+                    int n = in.read(all, at, Math.min(all.length - at, 1 + sizes.nextInt(100_000)));
+                    assertTrue(n > 0, "stream ended at " + at + " of " + all.length);
+                    at += n;
+                    maxHeld = Math.max(maxHeld, pool.stats().inUseBuffers());
+                }
+                assertEquals(-1, in.read());
+                assertEquals(-1, ByteBuffer.wrap(all).mismatch(ByteBuffer.wrap(data)), "bytes of the streamed block");
+            }
+            // partitions opened in order, each partly read: the rest is skipped, the next starts right
+            fetcher.add(run);
+            try (BlockFetcher.Block b = fetcher.next()) {
+                for (int p = 0; p < 3; p++) {
+                    java.io.InputStream in = b.open(b.offsetOf(p), b.offsetOf(p + 1));
+                    byte[] head = in.readNBytes(100);
+                    assertEquals(-1, ByteBuffer.wrap(head).mismatch(ByteBuffer.wrap(data, (int) offsets[p], 100)),
+                            "head of partition " + p);
+                    maxHeld = Math.max(maxHeld, pool.stats().inUseBuffers());
+                }
+                assertThrows(IllegalStateException.class, () -> b.open(0, 10), "read backwards");
+            }
+            assertTrue(maxHeld <= BlockFetcher.STREAM_WINDOWS, "window buffers held at once: " + maxHeld);
+            assertTrue(maxHeld >= 2, "the stream never READ ahead: " + maxHeld);
+            assertEquals(0, fetcher.bytesInFlight());
+            assertEquals(0, pool.stats().inUseBuffers());
+            assertEquals(0, pool.stats().leaksDetected());
+            // every window came from the pool's chunks: no fresh registration of the block's size
+            assertTrue(pool.stats().registeredBytes() <= 2L * (256 << 10), "registered: " + pool.stats());
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldFailTheFetchNamingTheBlockAndReturnEveryBufferWhenAWindowReadFailsMidStream(@TempDir Path dir)
+            throws Exception {
+        byte[] data = new byte[20 * WINDOW];
+        long[] offsets = {0, data.length};
+        RdmaNode executor = RdmaTransport.open(SMALL_POOL, NodeOptions.loopback());
+        try (RdmaNode reducer = RdmaTransport.open(SMALL_POOL, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(SMALL_POOL), reducer.sinkRegistrar())) {
+            ShuffleOutputTable table = publishLarge(executor, dir, 21, data, offsets);
+            BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 16 << 10, 20_000);
+            BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0, 0, 1);
+            fetcher.add(r);
+            BlockFetcher.Block b = fetcher.next();
+            assertTrue(b.streamed());
+            java.io.InputStream in = b.open(0, b.length());
+            byte[] first = in.readNBytes(WINDOW + 10); // two windows taken, more in flight
+            assertEquals(-1, ByteBuffer.wrap(first).mismatch(ByteBuffer.wrap(data, 0, first.length)));
+            table.close();
+            executor.close(); // the serving executor goes mid-stream
+            BlockFetcher.StreamFailed failed = assertThrows(BlockFetcher.StreamFailed.class, () -> {
+                byte[] rest = new byte[8192];
+                while (in.read(rest, 0, rest.length) >= 0) {
+                    // read on until a window READ fails
+                }
+            });
+            assertEquals(r, failed.failure().request(), "the failure names the block");
+            assertTrue(failed.getMessage().contains("map index 0"), failed.getMessage());
+            assertThrows(BlockFetcher.StreamFailed.class, in::read, "a failed stream fails again");
+            b.close();
+            fetcher.close();
+            assertTrue(eventually(60, () -> pool.stats().inUseBuffers() == 0),
+                    "window buffers still held after the failure: " + pool.stats());
+            assertEquals(0, pool.stats().leaksDetected());
+        } finally {
+            executor.close();
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldReturnEveryWindowBufferWhenAStreamedBlockOrItsFetcherIsClosedMidStream(@TempDir Path dir)
+            throws Exception {
+        byte[] data = new byte[20 * WINDOW];
+        long[] offsets = {0, 10 * WINDOW + 3, data.length};
+        try (RdmaNode executor = RdmaTransport.open(SMALL_POOL, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(SMALL_POOL, NodeOptions.loopback());
+             ShuffleOutputTable table = publishLarge(executor, dir, 22, data, offsets);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(SMALL_POOL), reducer.sinkRegistrar())) {
+            BlockFetcher.Request p0 = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0, 0, 1);
+            BlockFetcher.Request p1 = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0, 1, 2);
+            try (BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 16 << 10, 20_000)) {
+                // the block closed mid-stream, the fetcher goes on: its windows in flight come back as they land
+                fetcher.add(p0);
+                BlockFetcher.Block b = fetcher.next();
+                b.open(0, b.length()).readNBytes(1000);
+                b.close();
+                fetcher.add(p1);
+                try (BlockFetcher.Block c = fetcher.next()) {
+                    byte[] all = c.open(0, c.length()).readAllBytes();
+                    assertEquals(-1, ByteBuffer.wrap(all).mismatch(
+                            ByteBuffer.wrap(data, (int) offsets[1], (int) (offsets[2] - offsets[1]))));
+                }
+                assertEquals(0, fetcher.readsInFlight());
+                assertEquals(0, fetcher.bytesInFlight(), "windows of the closed block still counted");
+                assertEquals(0, pool.stats().inUseBuffers());
+            }
+            // the fetcher closed mid-stream (a task ending early), its block never closed
+            BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 16 << 10, 20_000);
+            fetcher.add(p0);
+            BlockFetcher.Block b = fetcher.next();
+            b.open(0, b.length()).readNBytes(WINDOW + 1);
+            fetcher.close();
+            assertThrows(IllegalStateException.class, () -> b.open(0, b.length()).read());
+            b.close();
+            assertTrue(eventually(60, () -> pool.stats().inUseBuffers() == 0),
+                    "window buffers still held after close: " + pool.stats());
+            assertEquals(0, pool.stats().leaksDetected());
         }
     }
 }
