@@ -240,11 +240,29 @@ class RdmaShuffleLocalClusterTest {
     @Order(2)
     @Timeout(300)
     void shouldMoveABlockOfOver200MibBetweenExecutors() {
+        Map<String, LocalCluster.ExecutorProbe> before = cluster.probe();
         int from = cluster.recorder.stages.size();
         assertSameAsSort("big");
         long remote = cluster.stagesSince(from).stream().mapToLong(LocalCluster.StageShuffle::remoteBytesRead).sum();
         assertTrue(remote >= (long) BIG_RECORDS_PER_MAP * BIG_RECORD_BYTES && remote >= 200L << 20,
                 "the reducer read " + remote + " bytes remotely");
+        assertNoRegistrationBeyondThePoolsChunks(before, "a block of 206 MiB");
+    }
+
+    /**
+     * Blocks above {@code pool.maxBufferSize} stream through windows of the pool's largest class: a
+     * job registers at most a chunk per executor and size class (32 MiB each), never a buffer of a
+     * block's size (which the pool registers afresh per acquire above its largest class).
+     */
+    private void assertNoRegistrationBeyondThePoolsChunks(Map<String, LocalCluster.ExecutorProbe> before,
+                                                          String what) {
+        Map<String, LocalCluster.ExecutorProbe> after = cluster.probe();
+        long registrations = LocalCluster.growth(before, after, st -> st.pool().registrations());
+        long bytes = LocalCluster.growth(before, after, st -> st.pool().registeredBytes());
+        assertTrue(registrations <= 2L * after.size(), what + ": " + registrations + " registrations, "
+                + bytes + " bytes: " + after);
+        assertTrue(bytes <= registrations * (32L << 20), what + ": " + bytes + " bytes registered in "
+                + registrations + " registrations");
     }
 
     @Test
@@ -258,7 +276,9 @@ class RdmaShuffleLocalClusterTest {
     @Order(4)
     @Timeout(300)
     void shouldMatchSortShuffleWhenRecordsExceedTheLargestPoolBuffer() {
+        Map<String, LocalCluster.ExecutorProbe> before = cluster.probe();
         assertSameAsSort("large");
+        assertNoRegistrationBeyondThePoolsChunks(before, "blocks of 3 MiB");
     }
 
     @Test
