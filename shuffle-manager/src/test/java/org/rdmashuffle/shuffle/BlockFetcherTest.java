@@ -1231,4 +1231,61 @@ class BlockFetcherTest {
             assertEquals(0, pool.stats().leaksDetected());
         }
     }
+
+    @Test
+    @Timeout(300)
+    void shouldStreamABlockOfOver2GibWithLongOffsetsThroughThePoolsLargestBuffers(@TempDir Path dir) throws Exception {
+        // a sparse file: zeros but for marks at either side of the 1 GiB region boundaries and past 2 GiB
+        long length = (2L << 30) + 12_345;
+        long[] marks = {100, (1L << 30) - 3, (2L << 30) - 5, (2L << 30) + 7, length - 8};
+        Path f = dir.resolve("shuffle_23_0_0.data");
+        try (java.io.RandomAccessFile raf = new java.io.RandomAccessFile(f.toFile(), "rw")) {
+            raf.setLength(length);
+            for (long m : marks) {
+                raf.seek(m);
+                raf.writeLong(m ^ 0x5A5A5A5A5A5A5A5AL);
+            }
+        }
+        long[] offsets = {0, 50, length};
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             ShuffleOutputTable table = new ShuffleOutputTable(executor, 23, 1);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 64 << 20, 1 << 20, 60_000)) {
+            table.publish(0, 0, RegisteredMapOutput.register(executor, f, new MapOutputLayout(offsets, 1 << 30)));
+            fetcher.add(new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0, 1, 2));
+            long registered;
+            try (BlockFetcher.Block b = fetcher.next()) {
+                assertEquals(length - 50, b.length());
+                assertTrue(b.streamed());
+                java.io.InputStream in = b.open(0, b.length());
+                byte[] chunk = new byte[3 << 20];
+                byte[] zeros = new byte[chunk.length];
+                long pos = 50; // in the file
+                long maxHeld = 0;
+                for (int n; (n = in.read(chunk, 0, chunk.length)) > 0; pos += n) {
+                    for (long m : marks) { // check and blank each mark in this chunk
+                        for (int k = 0; k < 8; k++) {
+                            long at = m + k - pos;
+                            if (at >= 0 && at < n) {
+                                assertEquals((byte) ((m ^ 0x5A5A5A5A5A5A5A5AL) >>> (56 - 8 * k)), chunk[(int) at],
+                                        "byte " + (m + k));
+                                chunk[(int) at] = 0;
+                            }
+                        }
+                    }
+                    assertEquals(-1, java.util.Arrays.mismatch(chunk, 0, n, zeros, 0, n), "bytes from " + pos);
+                    maxHeld = Math.max(maxHeld, pool.stats().inUseBuffers());
+                }
+                assertEquals(length, pos, "the stream ended early");
+                assertTrue(maxHeld <= BlockFetcher.STREAM_WINDOWS, "window buffers held at once: " + maxHeld);
+                registered = pool.stats().registeredBytes();
+            }
+            // a chunk for the slot and metadata classes and one of the largest class: never the block's size
+            long chunk = CONF.poolChunkSizeBytes();
+            assertTrue(registered % chunk == 0 && registered <= 4 * chunk, "registered for a 2 GiB block: " + registered);
+            assertEquals(0, pool.stats().inUseBuffers());
+            assertEquals(0, fetcher.bytesInFlight());
+        }
+    }
 }
