@@ -192,6 +192,11 @@ public final class BlockFetcher implements AutoCloseable {
             return stream != null;
         }
 
+        /** For a {@link #streamed()} block: time its reads waited for windows to land so far; else 0. */
+        public long streamWaitNanos() {
+            return stream != null ? stream.waitNanos : 0;
+        }
+
         public Request request() {
             return request;
         }
@@ -312,6 +317,7 @@ public final class BlockFetcher implements AutoCloseable {
         int readAt;
         int readLimit;
         long readNanos;
+        long waitNanos;
         FetchFailure failed;
         boolean streamClosed;
 
@@ -433,7 +439,8 @@ public final class BlockFetcher implements AutoCloseable {
             fill();
             Step w = windows[(int) (taken % STREAM_WINDOWS)];
             long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
-            long deadline = System.nanoTime() + timeoutNanos;
+            long waitFrom = System.nanoTime();
+            long deadline = waitFrom + timeoutNanos;
             while (!w.windowReady && failed == null) {
                 long left = deadline - System.nanoTime();
                 Step l;
@@ -454,6 +461,7 @@ public final class BlockFetcher implements AutoCloseable {
                     ready.add(result);
                 }
             }
+            waitNanos += System.nanoTime() - waitFrom;
             if (failed != null) {
                 throw new StreamFailed(failed);
             }

@@ -446,7 +446,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 }
                 return null;
             }
-            metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
+            if (!block.streamed()) { // a streamed block counts its windows when it is released
+                metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
+            }
             sliceOrigins = os;
             nextSlice = 0;
             checkSlices();
@@ -715,6 +717,11 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         private void releaseCurrent() {
             closeStreams();
             if (block != null) {
+                if (block.streamed()) {
+                    // its windows were READ and waited for while it was decoded, not before it was handed out
+                    metrics.incFetchWaitTime(TimeUnit.NANOSECONDS.toMillis(block.streamWaitNanos()));
+                    metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
+                }
                 block.close();
                 block = null;
             }
