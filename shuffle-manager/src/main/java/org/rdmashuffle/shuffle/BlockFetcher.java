@@ -37,6 +37,12 @@ import org.rdmashuffle.transport.TransportException;
  * either bound goes alone). Requests beyond the budget wait in this fetcher, not in the channel, so
  * a task with ten thousand blocks from one peer holds a bounded number of buffers and READs.
  *
+ * <p><b>Large blocks.</b> A block larger than the pool's largest buffer (also one of more than 2 GiB)
+ * is handed out as soon as its offsets are known, {@link Block#streamed() streamed}: its bytes are READ
+ * a window of the largest buffer size at a time into at most {@link #STREAM_WINDOWS} pooled buffers as
+ * {@link Block#open} is read, each buffer going back as soon as it is read (the windows count in the
+ * byte budget; one window always goes, so a stream never waits on other blocks' budget).
+ *
  * <p><b>Threads.</b> One fetcher serves one reduce task: {@link #add}, {@link #next},
  * {@link #progress} and {@link #close} run on the task's thread (not thread-safe), and that thread
  * does all the work: it acquires buffers, posts READs, parses slots and metadata and posts each
