@@ -207,6 +207,15 @@ final class LocalCluster implements AutoCloseable {
         }
     }
 
+    /**
+     * How many stages have completed, after every event already posted is delivered: a stage of a job that
+     * has returned (a probe, say) can otherwise still be on the listener bus and be counted as a later one.
+     */
+    int stagesCompleted() {
+        drainEvents();
+        return recorder.stages.size();
+    }
+
     /** Stages completed from index {@code from} of the recorder's list on. */
     List<StageShuffle> stagesSince(int from) {
         drainEvents();

@@ -54,7 +54,7 @@ class RdmaShuffleDecommissionTest {
             assertTrue(!cluster.executorIds().contains(leaving),
                     "executor " + leaving + " did not leave within 120 s of its decommissioning");
             cluster.drainEvents();
-            int stagesBefore = cluster.recorder.stages.size();
+            int stagesBefore = cluster.stagesCompleted();
 
             Map<Integer, Long> second = new TreeMap<>(grouped.collectAsMap());
             assertEquals(first, second);

@@ -73,7 +73,7 @@ class RdmaShuffleDynamicAllocationTest {
 
             // The shuffle again, with slow reduce tasks (8 x 4 s): the backlog brings a second executor back,
             // which READs from the one that stayed.
-            int stagesBefore = cluster.recorder.stages.size();
+            int stagesBefore = cluster.stagesCompleted();
             Map<Integer, Long> again = new TreeMap<>(grouped.mapPartitionsToPair(it -> {
                 Thread.sleep(4_000);
                 return it;

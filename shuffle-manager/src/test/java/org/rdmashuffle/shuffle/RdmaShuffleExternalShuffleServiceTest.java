@@ -74,7 +74,7 @@ class RdmaShuffleExternalShuffleServiceTest {
             Map<String, LocalCluster.ExecutorProbe> before = cluster.probe(3);
             String frozen = LocalCluster.holdingOutputs(before);
             long pid = cluster.executorPids(3).get(frozen);
-            int stagesBefore = cluster.recorder.stages.size();
+            int stagesBefore = cluster.stagesCompleted();
             // the same map outputs, one holder frozen for 20 s
             List<String> got = LocalCluster.whileFrozen(pid, 20_000, () -> RdmaShuffleTaskEndTest.digests(shuffled));
             assertEquals(expected, got);
@@ -128,7 +128,7 @@ class RdmaShuffleExternalShuffleServiceTest {
                 }
                 assertTrue(!cluster.executorIds().contains(gone), "executor " + gone + " still there after 60 s");
                 cluster.drainEvents();
-                int stagesBefore = cluster.recorder.stages.size();
+                int stagesBefore = cluster.stagesCompleted();
 
                 // The same shuffle again: its map outputs stay registered (the service serves them).
                 Map<Integer, Long> second = new TreeMap<>(grouped.collectAsMap());

@@ -241,7 +241,7 @@ class RdmaShuffleLocalClusterTest {
     @Timeout(300)
     void shouldMoveABlockOfOver200MibBetweenExecutors() {
         Map<String, LocalCluster.ExecutorProbe> before = cluster.probe();
-        int from = cluster.recorder.stages.size();
+        int from = cluster.stagesCompleted();
         assertSameAsSort("big");
         long remote = cluster.stagesSince(from).stream().mapToLong(LocalCluster.StageShuffle::remoteBytesRead).sum();
         assertTrue(remote >= (long) BIG_RECORDS_PER_MAP * BIG_RECORD_BYTES && remote >= 200L << 20,
@@ -293,7 +293,7 @@ class RdmaShuffleLocalClusterTest {
     @Timeout(300)
     void shouldReadEachMapOutputsRunOfCoalescedPartitionsWithFewerReadsThanBlocks() {
         Map<String, LocalCluster.ExecutorProbe> before = cluster.probe();
-        int from = cluster.recorder.stages.size();
+        int from = cluster.stagesCompleted();
         assertEquals(List.of(((List<?>) expected.get("sqlCoalesceMany")).get(0), true), sqlCoalesceMany(cluster.spark));
         cluster.drainEvents();
         Map<String, LocalCluster.ExecutorProbe> after = cluster.probe();
@@ -346,7 +346,7 @@ class RdmaShuffleLocalClusterTest {
     @Timeout(300)
     void shouldReportReadBytesEqualToWrittenAndRemoteBytesEqualToTransportBytes() {
         Map<String, LocalCluster.ExecutorProbe> before = cluster.probe();
-        int from = cluster.recorder.stages.size();
+        int from = cluster.stagesCompleted();
         long groups = ShuffleJobs.pairs(cluster.sc, 100_000, 6, 2_000).groupByKey(5).count();
         assertEquals(2_000, groups);
         Map<String, LocalCluster.ExecutorProbe> after = cluster.probe();
