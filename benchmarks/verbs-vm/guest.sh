@@ -99,8 +99,9 @@ qp_params() {
 setup_kprobes
 say "kernel view of queue pair parameters (kprobes): $kprobes"
 
+# A crashed JVM's full report (signal, faulting address, registers, threads) is kept in the out directory.
 JOPTS=(--add-exports java.base/sun.nio.ch=ALL-UNNAMED --add-opens java.base/sun.nio.ch=ALL-UNNAMED
-       "-Djava.library.path=$LIBDISNI" -XX:+UseSerialGC -Xmx1g)
+       "-Djava.library.path=$LIBDISNI" -XX:+UseSerialGC -Xmx1g "-XX:ErrorFile=$rs_out/hs_err_pid%p.log")
 
 # Bytes on the wire, the yardstick both tools share: siw's TCP connection to a local address runs over
 # lo (dummy0 is only siw's anchor), so the rx_bytes of lo and dummy0 are sampled every 0.5 s while a tool
@@ -164,13 +165,16 @@ ib_read_bw_run() {  # $1=size $2=iterations $3=label -> sets IB_BW (MiB/s) and I
 }
 
 # JVMs under emulation occasionally die of SIGSEGV in JIT-compiled code (an emulator fault, seen in
-# Kryo and DirectByteBuffer frames); such a JVM is run once more and the retry is reported.
+# Kryo and DirectByteBuffer frames, in Java code that touches no RDMA memory); such a JVM is run again,
+# at most CRASH_ATTEMPTS times in all, each retry reported and each crash's hs_err report kept in the
+# out directory. A run that keeps crashing fails the part.
+CRASH_ATTEMPTS=3
 crashed() { grep -q 'A fatal error has been detected by the Java Runtime' "$1"; }
 
 verbs_read_run() {  # $1=size $2=iterations $3=label [$4=JVM option] -> sets VB_BW (MiB/s), VB_CHECKED and VB_WIRE; 1 on failure
   VB_BW=""; VB_WIRE=""; VB_CHECKED=""
   local attempt
-  for attempt in 1 2; do
+  for attempt in $(seq 1 $CRASH_ATTEMPTS); do
     wire_start "/tmp/wire-$3.txt"
     timeout 900 "$JAVA" "${JOPTS[@]}" ${4:-} -cp "$CP" org.rdmashuffle.transport.verbs.VerbsReadThroughput \
       $SIW_IP "$1" "$2" 128 > "/tmp/verbs-read-$3.log" 2>&1
@@ -281,8 +285,8 @@ fi
 
 if wants spark; then
   say "Spark job with provider=verbs over siw, checked against Spark's sort shuffle"
-  export SPARK_LOCAL_IP=$SIW_IP RDMA_SKIP_BUILD=1 RDMA_JAVA_OPTS="-Djava.library.path=$LIBDISNI -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-  for attempt in 1 2; do
+  export SPARK_LOCAL_IP=$SIW_IP RDMA_SKIP_BUILD=1 RDMA_JAVA_OPTS="-Djava.library.path=$LIBDISNI -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ErrorFile=$rs_out/hs_err_pid%p.log"
+  for attempt in $(seq 1 $CRASH_ATTEMPTS); do
     timeout 1200 "$ROOT/examples/run-main-job.sh" --master 'local[2]' $SPARK_ARGS \
       --conf spark.shuffle.rdma.provider=verbs --conf spark.shuffle.rdma.fallback=never \
       --conf spark.shuffle.rdma.localBlocksFromDisk=false --out /tmp/spark-out > /tmp/spark.log 2>&1
@@ -315,10 +319,10 @@ if wants spark; then
     --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/sun.nio.cs=ALL-UNNAMED
     --add-opens=java.base/sun.security.action=ALL-UNNAMED --add-opens=java.base/sun.util.calendar=ALL-UNNAMED
     -Dio.netty.tryReflectionSetAccessible=true)
-  for attempt in 1 2; do
+  for attempt in $(seq 1 $CRASH_ATTEMPTS); do
     rm -rf "$ROOT"/examples/target/spark-home/work   # the guest's overlay: executors' logs of this attempt only
     SPARK_HOME="$ROOT/examples/target/spark-home" SPARK_SCALA_VERSION=2.13 SPARK_LOCAL_IP=$SIW_IP \
-      timeout 1800 "$JAVA" -Xmx768m -XX:+UseSerialGC "${opens[@]}" "-Djava.library.path=$LIBDISNI" \
+      timeout 1800 "$JAVA" -Xmx768m -XX:+UseSerialGC "-XX:ErrorFile=$rs_out/hs_err_pid%p.log" "${opens[@]}" "-Djava.library.path=$LIBDISNI" \
       -Dspark.driver.host=$SIW_IP -Dspark.driver.bindAddress=$SIW_IP -cp "$FETCH_JAR:$rj:$ROOT/examples/target/spark-home/jars/*" \
       org.rdmashuffle.vmbench.GuestFetchJob $FETCH_ARGS --jars "$FETCH_JAR,$rj" \
       --conf "spark.executor.extraLibraryPath=$LIBDISNI" --conf "spark.executor.extraJavaOptions=-XX:+UseSerialGC" \
@@ -326,6 +330,7 @@ if wants spark; then
     rc=$?
     if crashed /tmp/fetch.log || ls "$ROOT"/examples/target/spark-home/work/*/*/hs_err* >/dev/null 2>&1; then
       result "NOTE fetch attempt $attempt: a JVM crashed under emulation; running it again"
+      cp "$ROOT"/examples/target/spark-home/work/*/*/hs_err* "$rs_out/" 2>/dev/null
       continue
     fi
     break
@@ -346,8 +351,8 @@ if wants limits; then
   # map outputs and receive buffers cannot be registered. They must go to Spark's own path (WARN lines),
   # and the job's results must still equal the sort shuffle's.
   say "Spark job with provider=verbs over siw under ulimit -l $LIMIT_KB KiB, checked against Spark's sort shuffle"
-  export SPARK_LOCAL_IP=$SIW_IP RDMA_SKIP_BUILD=1 RDMA_JAVA_OPTS="-Djava.library.path=$LIBDISNI -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-  for attempt in 1 2; do
+  export SPARK_LOCAL_IP=$SIW_IP RDMA_SKIP_BUILD=1 RDMA_JAVA_OPTS="-Djava.library.path=$LIBDISNI -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ErrorFile=$rs_out/hs_err_pid%p.log"
+  for attempt in $(seq 1 $CRASH_ATTEMPTS); do
     ( ulimit -l $LIMIT_KB && timeout 1200 "$ROOT/examples/run-main-job.sh" --master 'local[2]' $SPARK_ARGS \
       --conf spark.shuffle.rdma.provider=verbs --conf spark.shuffle.rdma.fallback=auto \
       --conf spark.shuffle.rdma.localBlocksFromDisk=false --conf spark.shuffle.rdma.pool.chunkSize=512k \
