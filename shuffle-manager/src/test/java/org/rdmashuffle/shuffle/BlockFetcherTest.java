@@ -1245,6 +1245,99 @@ class BlockFetcherTest {
     }
 
     @Test
+    @Timeout(180)
+    void shouldStreamTwoBlocksFromTwoPeersAtOnceInOneFetcherAndInTwoFetchersSharingAPoolAtItsCap(@TempDir Path dir)
+            throws Exception {
+        byte[] a = new byte[9 * WINDOW + 123];
+        byte[] b = new byte[7 * WINDOW + 4_567];
+        // the pool holds 5 windows at most (and a chunk for the small classes): two streams of 3 wait for each other
+        RdmaShuffleConf capped = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+                "spark.shuffle.rdma.pool.leakDetection", "paranoid", "spark.shuffle.rdma.pool.maxBufferSize", "64k",
+                "spark.shuffle.rdma.pool.chunkSize", "64k", "spark.shuffle.rdma.pool.maxRegisteredBytes", "384k"));
+        try (RdmaNode peerA = RdmaTransport.open(SMALL_POOL, NodeOptions.loopback());
+             RdmaNode peerB = RdmaTransport.open(SMALL_POOL, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(capped, NodeOptions.loopback());
+             ShuffleOutputTable ta = publishLarge(peerA, dir, 30, a, new long[] {0, a.length});
+             ShuffleOutputTable tb = publishLarge(peerB, dir, 31, b, new long[] {0, b.length});
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(capped), reducer.sinkRegistrar())) {
+            BlockFetcher.Request ra = new BlockFetcher.Request(peerA.localAddress(), ta.descriptor(), 0, 0, 0, 1);
+            BlockFetcher.Request rb = new BlockFetcher.Request(peerB.localAddress(), tb.descriptor(), 0, 0, 0, 1);
+            // one fetcher, both blocks open at once, read in turns
+            try (BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 16 << 10, 20_000)) {
+                fetcher.add(ra);
+                fetcher.add(rb);
+                BlockFetcher.Block first = fetcher.next();
+                BlockFetcher.Block second = fetcher.next();
+                BlockFetcher.Block ba = first.request().equals(ra) ? first : second;
+                BlockFetcher.Block bb = ba == first ? second : first;
+                assertTrue(ba.streamed() && bb.streamed());
+                java.io.InputStream ia = ba.open(0, ba.length());
+                java.io.InputStream ib = bb.open(0, bb.length());
+                java.io.ByteArrayOutputStream ga = new java.io.ByteArrayOutputStream();
+                java.io.ByteArrayOutputStream gb = new java.io.ByteArrayOutputStream();
+                byte[] chunk = new byte[50_000];
+                boolean doneA = false;
+                boolean doneB = false;
+                while (!doneA || !doneB) {
+                    if (!doneA) {
+                        int n = ia.read(chunk, 0, chunk.length);
+                        if (n < 0) {
+                            doneA = true;
+                        } else {
+                            ga.write(chunk, 0, n);
+                        }
+                    }
+                    if (!doneB) {
+                        int n = ib.read(chunk, 0, 30_000);
+                        if (n < 0) {
+                            doneB = true;
+                        } else {
+                            gb.write(chunk, 0, n);
+                        }
+                    }
+                }
+                assertEquals(-1, ByteBuffer.wrap(ga.toByteArray()).mismatch(ByteBuffer.wrap(a)), "block of peer A");
+                assertEquals(-1, ByteBuffer.wrap(gb.toByteArray()).mismatch(ByteBuffer.wrap(b)), "block of peer B");
+                ba.close();
+                bb.close();
+                assertEquals(0, fetcher.bytesInFlight());
+                assertEquals(0, pool.stats().inUseBuffers());
+            }
+            // two fetchers (two tasks) streaming at once from the two peers through a pool at its cap
+            ExecutorService tasks = Executors.newFixedThreadPool(2);
+            try {
+                List<Future<byte[]>> got = new ArrayList<>();
+                for (BlockFetcher.Request r : List.of(ra, rb, ra, rb)) {
+                    got.add(tasks.submit(() -> {
+                        try (BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 16 << 10, 20_000)) {
+                            fetcher.add(r);
+                            try (BlockFetcher.Block blk = fetcher.next()) {
+                                java.io.InputStream in = blk.open(0, blk.length());
+                                java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
+                                byte[] buf = new byte[20_000];
+                                for (int n; (n = in.read(buf, 0, buf.length)) >= 0; ) {
+                                    out.write(buf, 0, n);
+                                    Thread.onSpinWait(); // a slow reader
+                                }
+                                return out.toByteArray();
+                            }
+                        }
+                    }));
+                }
+                for (int i = 0; i < got.size(); i++) {
+                    byte[] expected = i % 2 == 0 ? a : b;
+                    assertEquals(-1, ByteBuffer.wrap(got.get(i).get(120, TimeUnit.SECONDS))
+                            .mismatch(ByteBuffer.wrap(expected)), "stream " + i);
+                }
+            } finally {
+                tasks.shutdownNow();
+            }
+            assertTrue(eventually(60, () -> pool.stats().inUseBuffers() == 0), "buffers held: " + pool.stats());
+            assertEquals(0, pool.stats().leaksDetected());
+        }
+    }
+
+    @Test
     @Timeout(300)
     void shouldStreamABlockOfOver2GibWithLongOffsetsThroughThePoolsLargestBuffers(@TempDir Path dir) throws Exception {
         // a sparse file: zeros but for marks at either side of the 1 GiB region boundaries and past 2 GiB
