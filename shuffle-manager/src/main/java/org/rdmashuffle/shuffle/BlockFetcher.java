@@ -1252,6 +1252,13 @@ public final class BlockFetcher implements AutoCloseable {
                     return failure(r, "partition range outside the map output: metadata of " + md.length()
                             + " bytes for " + slot.regionCount() + " regions", null);
                 }
+                if (headBytes + windowBytes(r) > pool.options().maxRegisteredBytes()) {
+                    // no buffer this pool could ever give holds it: the peer's table is wrong, not this executor
+                    s.mapId = slot.mapId();
+                    return slotAgain(s, "corrupt output table: " + slot.regionCount() + " regions, whose "
+                            + "descriptors alone exceed the receive pool's cap of "
+                            + pool.options().maxRegisteredBytes() + " bytes");
+                }
                 s.phase = Phase.METADATA;
                 s.mapId = slot.mapId();
                 s.metadataRegion = md;

@@ -254,6 +254,40 @@ class BlockFetcherTest {
     }
 
     @Test
+    @Timeout(60)
+    void shouldBlameThePeerNotThisExecutorWhenASlotClaimsMoreRegionsThanThePoolCouldEverHold(@TempDir Path dir)
+            throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             ShuffleOutputTable table = publish(executor, dir);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
+            // A lying peer's slot: 70 million regions, and a metadata length that fits them and the shuffle's
+            // partitions exactly, so the length check passes: its header and descriptors alone would be 1.1 GB,
+            // above the pool's cap (1 GiB).
+            int regions = 70_000_000;
+            long claimed = ShuffleOutputTable.metadataBytes(regions, PARTS);
+            assertTrue(claimed > CONF.poolMaxRegisteredBytes() && claimed < Integer.MAX_VALUE, "claimed " + claimed);
+            ByteBuffer slots = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
+            RegionDescriptor real = table.descriptor();
+            slots.putInt(1).putInt(regions).putLong(0).putLong(real.address()).putInt(real.rkey())
+                    .putInt((int) claimed).clear();
+            try (MemoryRegion forged = executor.register(slots, RegionAccess.REMOTE_READ)) {
+                BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), forged.descriptor(), 0, 0,
+                        2, 3, new BlockFetcher.Expected(PARTS, 1, 1 << 20));
+                fetcher.add(r);
+                // before: a BufferPoolException ("exceeds the cap"), which blames no peer and fails the task
+                FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
+                assertEquals(r, f.request());
+                assertTrue(f.getMessage().contains("corrupt output table"), f.getMessage());
+                assertEquals(1 + BlockFetcher.MAX_TORN_SLOT_READS, pool.stats().acquires(),
+                        "only the slot's buffers may be taken: " + pool.stats());
+                assertEquals(0, pool.stats().inUseBuffers());
+            }
+        }
+    }
+
+    @Test
     @Timeout(120)
     void shouldConnectOnceAndFailEveryRequestWhenNothingListensAtThePeer() throws Exception {
         RdmaShuffleConf noRetries = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
