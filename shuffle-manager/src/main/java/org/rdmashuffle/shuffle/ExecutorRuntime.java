@@ -76,10 +76,10 @@ final class ExecutorRuntime implements AutoCloseable {
             p = new BufferPool(BufferPoolOptions.from(conf), node.sinkRegistrar());
             directory.register(executorId, node.localAddress());
         } catch (RuntimeException e) {
-            node.close();
             if (p != null) {
-                p.close();
+                p.close(); // reverse order of opening: the pool's registrations before the node that holds them
             }
+            node.close();
             throw e;
         }
         this.pool = p;

@@ -560,6 +560,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             private RuntimeException failed(BlockFetcher.StreamFailed e) {
                 Origin o = origin;
                 releaseCurrent(); // every window buffer back now
+                // as a failed non-streamed fetch: the peer's cached table and metadata are not trusted again
+                rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
                 return fetchFailed(o, e.failure());
             }
 
