@@ -10,7 +10,7 @@ if [ ! -f benchmarks/target/benchmarks.jar ] || [ -n "${REBUILD:-}" ]; then
 fi
 OUT=benchmarks/target/jmh-result.json
 "$JAVA" -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -jar benchmarks/target/benchmarks.jar \
-  'TcpReadBenchmark|NioSocketBenchmark|BufferPoolBenchmark' \
+  'TcpReadBenchmark|NioSocketBenchmark|BufferPoolBenchmark|FetchPathBenchmark' \
   -f "${FORKS:-1}" -wi "${WARMUPS:-3}" -w 2s -i "${ITERATIONS:-5}" -r 3s -prof gc \
   -rf json -rff "$OUT" "$@"
 python3 - "$OUT" <<'PY'
