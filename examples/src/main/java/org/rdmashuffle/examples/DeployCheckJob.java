@@ -108,6 +108,9 @@ public final class DeployCheckJob {
             out.setProperty("reads.rdd", Long.toString(rddReads));
             out.setProperty("reads.sql", Long.toString(sqlReads));
             ok &= rddReads > 0 && sqlReads > 0;
+            // Before stopping: a launcher sees the application end when the context stops (in client mode
+            // too), and whoever waits on it must find the result there.
+            write(result, out, ok);
         } catch (RuntimeException | Error e) {
             out.setProperty("error", e.toString());
             write(result, out, false);
@@ -115,7 +118,6 @@ public final class DeployCheckJob {
         } finally {
             spark.stop();
         }
-        write(result, out, ok);
         System.out.println("deploy check " + (ok ? "passed" : "FAILED") + ": " + new TreeMap<>(out));
         if (!ok) {
             throw new IllegalStateException("deploy check failed; see " + result);
