@@ -28,6 +28,9 @@ public final class RdmaShuffleConf {
     /** How much the buffer pool tracks buffers that are never released. */
     public enum LeakDetection { DISABLED, SAMPLED, PARANOID }
 
+    /** How the verbs provider reaches libibverbs and librdmacm. */
+    public enum VerbsApi { AUTO, FFM, DISNI }
+
     private static final List<ConfigKey<?>> KEYS = new ArrayList<>();
 
     private static <T> ConfigKey<T> declare(ConfigKey<T> key) {
@@ -37,9 +40,18 @@ public final class RdmaShuffleConf {
 
     public static final ConfigKey<Provider> PROVIDER = declare(ConfigKey.oneOf(PREFIX + "provider",
             Provider.class, Provider.AUTO,
-            "Transport provider. `verbs` uses an RDMA NIC (iWARP, RoCE, InfiniBand) through DiSNI; `tcp` emulates "
-                    + "one-sided READs over TCP; `auto` picks verbs when libdisni loads and an RDMA device exists, "
-                    + "else tcp, and logs which it chose and why."));
+            "Transport provider. `verbs` uses an RDMA NIC (iWARP, RoCE, InfiniBand) through libibverbs and "
+                    + "librdmacm (see `verbs.api`); `tcp` emulates one-sided READs over TCP; `auto` picks verbs when "
+                    + "an RDMA device exists and one of the verbs APIs can run, else tcp, and logs which it chose and "
+                    + "why."));
+
+    public static final ConfigKey<VerbsApi> VERBS_API = declare(ConfigKey.oneOf(PREFIX + "verbs.api",
+            VerbsApi.class, VerbsApi.AUTO,
+            "How the verbs provider calls rdma-core. `ffm` calls libibverbs and librdmacm directly through Java's "
+                    + "foreign function API (Java 22+, nothing to install but the distribution's rdma-core "
+                    + "libraries; start the JVM with `--enable-native-access=ALL-UNNAMED`); `disni` goes through "
+                    + "DiSNI and its native library libdisni (on `java.library.path`; the only choice on Java 17); "
+                    + "`auto` uses `ffm` where it can run and `disni` otherwise, and logs which and why."));
 
     public static final ConfigKey<Fallback> FALLBACK = declare(ConfigKey.oneOf(PREFIX + "fallback",
             Fallback.class, Fallback.AUTO,
@@ -205,7 +217,7 @@ public final class RdmaShuffleConf {
 
     public static final ConfigKey<Long> VERBS_POLL_TIMEOUT = declare(ConfigKey.millis(
             PREFIX + "verbs.eventTimeout", "250ms", 10, 10_000,
-            "verbs: how long DiSNI's completion and connection-manager threads block for an event before they "
+            "verbs: how long the completion and connection-manager threads block for an event before they "
                     + "look whether the node is closing; bounds how long closing a node takes."));
 
     public static final ConfigKey<Integer> VERBS_RETRY_COUNT = declare(ConfigKey.integer(
@@ -449,6 +461,10 @@ public final class RdmaShuffleConf {
 
     public long verbsStallCheckMs() {
         return get(VERBS_STALL_CHECK);
+    }
+
+    public VerbsApi verbsApi() {
+        return get(VERBS_API);
     }
 
     public int verbsEventTimeoutMs() {

@@ -24,7 +24,7 @@ public final class RdmaTransport {
             case TCP:
                 return new TcpNode(conf, options);
             case VERBS: {
-                Optional<String> missing = VerbsSupport.missing();
+                Optional<String> missing = VerbsSupport.missing(conf.verbsApi());
                 if (missing.isPresent()) {
                     throw new TransportException("spark.shuffle.rdma.provider=verbs, but the verbs provider cannot run: "
                             + missing.get() + ". Use provider=tcp or auto.");
@@ -38,14 +38,14 @@ public final class RdmaTransport {
             }
             case AUTO:
             default: {
-                Optional<String> missing = VerbsSupport.missing();
+                Optional<String> missing = VerbsSupport.missing(conf.verbsApi());
                 if (missing.isPresent()) {
                     LOG.info("spark.shuffle.rdma.provider=auto: using tcp ({})", missing.get());
                     return new TcpNode(conf, options);
                 }
                 try {
-                    RdmaNode n = new VerbsNode(conf, options);
-                    LOG.info("spark.shuffle.rdma.provider=auto: using verbs");
+                    VerbsNode n = new VerbsNode(conf, options);
+                    LOG.info("spark.shuffle.rdma.provider=auto: using verbs through {}", n.api());
                     return n;
                 } catch (IOException | LinkageError e) {
                     LOG.info("spark.shuffle.rdma.provider=auto: using tcp (the verbs node did not start on {}: {})",
@@ -58,18 +58,15 @@ public final class RdmaTransport {
 
     /**
      * Why a node of the configured provider cannot open on this machine, as far as can be told
-     * without opening one (verbs: DiSNI's classes, libdisni, an RDMA device); empty when it should.
+     * without opening one (verbs: an RDMA device, and rdma-core through java.lang.foreign or DiSNI); empty
+     * when it should.
      * {@code auto} and {@code tcp} always can (auto falls back to tcp).
      */
     public static Optional<String> unavailable(RdmaShuffleConf conf) {
         if (conf.provider() == RdmaShuffleConf.Provider.VERBS) {
-            return verbsMissing().map(why -> "spark.shuffle.rdma.provider=verbs, but the verbs provider cannot run: "
-                    + why);
+            return VerbsSupport.missing(conf.verbsApi()).map(
+                    why -> "spark.shuffle.rdma.provider=verbs, but the verbs provider cannot run: " + why);
         }
         return Optional.empty();
-    }
-
-    private static Optional<String> verbsMissing() {
-        return VerbsSupport.missing();
     }
 }

@@ -1,9 +1,5 @@
 package org.rdmashuffle.transport.verbs;
 
-import com.ibm.disni.verbs.IbvSendWR;
-import com.ibm.disni.verbs.IbvSge;
-import com.ibm.disni.verbs.IbvWC;
-import com.ibm.disni.verbs.SVCPostSend;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
@@ -29,8 +25,9 @@ import org.slf4j.LoggerFactory;
  * chained work requests, at most {@code credits} outstanding (the READ window of
  * {@link QueuePairParameters#readWindow}: never more than either end's {@code verbs.maxQpReadAtoms},
  * which declares the device's {@code max_qp_rd_atom}). READs beyond that wait in a queue and are posted
- * from the completion thread as earlier ones complete. Work requests are built once per chain length
- * and only their fields are rewritten for each post, so posting allocates nothing.
+ * from the completion thread as earlier ones complete. A post's READs are written into one
+ * {@link ReadChain} the channel keeps, which the {@link QueuePair} turns into work requests built once
+ * and rewritten in place, so posting allocates nothing.
  *
  * <p>When the queue pair fails — an RC queue pair goes to the error state on a READ the peer refuses
  * (unknown or stale rkey, out of bounds, not readable) and flushes every READ posted after it — the
@@ -42,8 +39,8 @@ import org.slf4j.LoggerFactory;
  */
 final class VerbsChannel implements RdmaChannel {
     private static final Logger LOG = LoggerFactory.getLogger(VerbsChannel.class);
-    private static final int WC_SUCCESS = IbvWC.IbvWcStatus.IBV_WC_SUCCESS.ordinal();
-    private static final int WC_FLUSH = IbvWC.IbvWcStatus.IBV_WC_WR_FLUSH_ERR.ordinal();
+    private static final int WC_SUCCESS = WcStatus.SUCCESS;
+    private static final int WC_FLUSH = WcStatus.WR_FLUSH_ERR;
     private static final int OPEN = 0;
     private static final int RECOVERING = 1;
     private static final int CLOSED = 2;
@@ -60,9 +57,9 @@ final class VerbsChannel implements RdmaChannel {
 
     // Guarded by lock.
     private int state = OPEN;
-    private VerbsEndpoint endpoint;
+    private QueuePair endpoint;
     private int epoch;
-    private final SVCPostSend[] chains;
+    private final ReadChain readChain;
     // Outstanding READs, by slot (the low half of the work request id; the high half is the epoch).
     private final long[] slotRemote;
     private final int[] slotRkey;
@@ -104,7 +101,7 @@ final class VerbsChannel implements RdmaChannel {
         this.rdmaTarget = rdmaTarget;
         this.credits = credits;
         this.requestTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(requestTimeoutMs);
-        this.chains = new SVCPostSend[credits + 1];
+        this.readChain = new ReadChain(credits);
         slotRemote = new long[credits];
         slotRkey = new int[credits];
         slotLength = new int[credits];
@@ -126,7 +123,7 @@ final class VerbsChannel implements RdmaChannel {
 
     /** Connects the first queue pair; the channel is usable once this returns. */
     void start(long connectTimeoutMs) throws IOException {
-        VerbsEndpoint ep = node.openEndpoint(peer, rdmaTarget, connectTimeoutMs);
+        QueuePair ep = node.openEndpoint(peer, rdmaTarget, connectTimeoutMs);
         lock.lock();
         try {
             attach(ep);
@@ -135,15 +132,9 @@ final class VerbsChannel implements RdmaChannel {
         }
     }
 
-    private void attach(VerbsEndpoint ep) {
+    private void attach(QueuePair ep) {
         endpoint = ep;
-        ep.channel = this;
-        for (int k = 1; k < chains.length; k++) {
-            if (chains[k] != null) {
-                chains[k].free();
-                chains[k] = null;
-            }
-        }
+        ep.channel(this);
         state = OPEN;
     }
 
@@ -312,17 +303,9 @@ final class VerbsChannel implements RdmaChannel {
             if (freeTop == credits) {
                 lastProgressNanos = System.nanoTime(); // the queue pair was idle: the clock starts now
             }
-            SVCPostSend chain;
-            try {
-                chain = chain(k);
-            } catch (IOException e) {
-                node.returnCompletionRoom(k);
-                failLater(ReadStatus.CONNECTION_LOST, "cannot build work requests: " + e.getMessage());
-                return;
-            }
             long wrEpoch = (long) epoch << 32;
-            IOException chainBroken = null;
             int mask = qRemote.length - 1;
+            ReadChain c = readChain;
             for (int j = 0; j < k; j++) {
                 int q = qHead;
                 int slot = free[--freeTop];
@@ -340,25 +323,15 @@ final class VerbsChannel implements RdmaChannel {
                 qListener[q] = null;
                 qHead = (q + 1) & mask;
                 qSize--;
-                try {
-                    SVCPostSend.SendWRMod wr = chain.getWrMod(j);
-                    wr.setWr_id(wrEpoch | slot);
-                    SVCPostSend.SgeMod sge = wr.getSgeMod(0);
-                    sge.setAddr(slotLocal[slot]);
-                    sge.setLength(slotLength[slot]);
-                    sge.setLkey(slotLkey[slot]);
-                    SVCPostSend.RdmaMod rdma = wr.getRdmaMod();
-                    rdma.setRemote_addr(slotRemote[slot]);
-                    rdma.setRkey(slotRkey[slot]);
-                } catch (IOException e) {
-                    chainBroken = e;
-                }
+                c.wrId[j] = wrEpoch | slot;
+                c.local[j] = slotLocal[slot];
+                c.length[j] = slotLength[slot];
+                c.lkey[j] = slotLkey[slot];
+                c.remote[j] = slotRemote[slot];
+                c.rkey[j] = slotRkey[slot];
             }
             try {
-                if (chainBroken != null) {
-                    throw chainBroken;
-                }
-                chain.execute();
+                endpoint.post(c, k);
             } catch (IOException e) {
                 // Nothing of this chain is known to be posted: the READs stay ours and fail with the channel.
                 failLater(ReadStatus.CONNECTION_LOST, "posting READs failed: " + e.getMessage());
@@ -367,29 +340,8 @@ final class VerbsChannel implements RdmaChannel {
         }
     }
 
-    /** The chain of {@code k} READ work requests, built once for this queue pair. */
-    private SVCPostSend chain(int k) throws IOException {
-        SVCPostSend c = chains[k];
-        if (c == null) {
-            List<IbvSendWR> wrs = new ArrayList<>(k);
-            for (int j = 0; j < k; j++) {
-                IbvSge sge = new IbvSge();
-                List<IbvSge> sges = new ArrayList<>(1);
-                sges.add(sge);
-                IbvSendWR wr = new IbvSendWR();
-                wr.setSg_list(new java.util.LinkedList<>(sges));
-                wr.setOpcode(IbvSendWR.IBV_WR_RDMA_READ);
-                wr.setSend_flags(IbvSendWR.IBV_SEND_SIGNALED);
-                wrs.add(wr);
-            }
-            c = endpoint.postSend(new java.util.LinkedList<>(wrs));
-            chains[k] = c;
-        }
-        return c;
-    }
-
     /** A work completion, on DiSNI's completion thread. */
-    void onCompletion(VerbsEndpoint from, long wrId, int wcStatus) {
+    void onCompletion(QueuePair from, long wrId, int wcStatus) {
         ReadListener l;
         long requestId;
         int len;
@@ -467,10 +419,10 @@ final class VerbsChannel implements RdmaChannel {
         }
         epoch++;
         state = RECOVERING;
-        VerbsEndpoint old = endpoint;
+        QueuePair old = endpoint;
         endpoint = null;
         if (old != null) {
-            old.channel = null;
+            old.channel(null);
         }
         LOG.info("queue pair to {} failed ({}); {} READs will be posted again on a new one{}", peer, cause, requeued,
                 suspect == null ? "" : " after the peer says whether READ " + suspect.describe() + " was valid");
@@ -523,7 +475,7 @@ final class VerbsChannel implements RdmaChannel {
      * (completing it with the peer's answer when the READ was invalid), and connects a new queue pair.
      * When the peer cannot be asked or reached, the channel fails.
      */
-    private void recover(VerbsEndpoint old, Suspect suspect, String cause) {
+    private void recover(QueuePair old, Suspect suspect, String cause) {
         if (old != null) {
             old.closeQuietly();
         }
@@ -560,7 +512,7 @@ final class VerbsChannel implements RdmaChannel {
                 }
             }
         }
-        VerbsEndpoint fresh;
+        QueuePair fresh;
         try {
             fresh = node.openEndpoint(peer, rdmaTarget, node.connectTimeoutMs());
         } catch (IOException e) {
@@ -681,7 +633,7 @@ final class VerbsChannel implements RdmaChannel {
     }
 
     /** The queue pair disconnected (the peer closed or went away). */
-    void onDisconnected(VerbsEndpoint ep) {
+    void onDisconnected(QueuePair ep) {
         lock.lock();
         try {
             if (ep == endpoint && state == OPEN) {
@@ -700,7 +652,7 @@ final class VerbsChannel implements RdmaChannel {
     void fail(int status, String why) {
         List<ReadListener> ls = new ArrayList<>();
         List<Long> ids = new ArrayList<>();
-        VerbsEndpoint ep;
+        QueuePair ep;
         lock.lock();
         try {
             if (state == CLOSED) {
@@ -730,12 +682,6 @@ final class VerbsChannel implements RdmaChannel {
             if (ls.isEmpty() && status != ReadStatus.CHANNEL_CLOSED) {
                 LOG.info("channel to {} closed: {}", peer, why);
             }
-            for (int k = 1; k < chains.length; k++) {
-                if (chains[k] != null) {
-                    chains[k].free();
-                    chains[k] = null;
-                }
-            }
         } finally {
             lock.unlock();
         }
@@ -745,7 +691,7 @@ final class VerbsChannel implements RdmaChannel {
         }
         node.channelClosed(this);
         if (ep != null) {
-            ep.channel = null;
+            ep.channel(null);
             ep.closeQuietly();
         }
         for (int i = 0; i < ls.size(); i++) {
@@ -768,8 +714,7 @@ final class VerbsChannel implements RdmaChannel {
     }
 
     private static String wcName(int s) {
-        IbvWC.IbvWcStatus[] all = IbvWC.IbvWcStatus.values();
-        return s >= 0 && s < all.length ? all[s].name() : "completion status " + s;
+        return WcStatus.name(s);
     }
 
     @Override

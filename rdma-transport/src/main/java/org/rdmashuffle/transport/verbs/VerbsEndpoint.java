@@ -2,18 +2,24 @@ package org.rdmashuffle.transport.verbs;
 
 import com.ibm.disni.RdmaActiveEndpoint;
 import com.ibm.disni.RdmaActiveEndpointGroup;
+import com.ibm.disni.verbs.IbvSendWR;
+import com.ibm.disni.verbs.IbvSge;
 import com.ibm.disni.verbs.IbvWC;
 import com.ibm.disni.verbs.RdmaCmEvent;
 import com.ibm.disni.verbs.RdmaCmId;
+import com.ibm.disni.verbs.SVCPostSend;
 import java.io.IOException;
+import java.util.ArrayList;
+import java.util.LinkedList;
+import java.util.List;
 
 /**
- * One RC queue pair and its rdma_cm id. Client endpoints belong to a {@link VerbsChannel}, which gets
+ * One RC queue pair and its rdma_cm id, through DiSNI ({@link DisniDevice}). Client endpoints belong to a {@link VerbsChannel}, which gets
  * their completions; server endpoints (accepted) only let a peer READ this node's regions. DiSNI's
  * own {@code connect} waits without a bound, so a connect in progress is interrupted when rdma_cm
  * reports it failed (rejected, unreachable, address or route error) or the connect timeout passes.
  */
-final class VerbsEndpoint extends RdmaActiveEndpoint {
+final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
     private static final int ADDR_ERROR = RdmaCmEvent.EventType.RDMA_CM_EVENT_ADDR_ERROR.ordinal();
     private static final int ROUTE_ERROR = RdmaCmEvent.EventType.RDMA_CM_EVENT_ROUTE_ERROR.ordinal();
     private static final int CONNECT_ERROR = RdmaCmEvent.EventType.RDMA_CM_EVENT_CONNECT_ERROR.ordinal();
@@ -24,19 +30,94 @@ final class VerbsEndpoint extends RdmaActiveEndpoint {
     private static final int ESTABLISHED = RdmaCmEvent.EventType.RDMA_CM_EVENT_ESTABLISHED.ordinal();
 
     private final VerbsNode node;
+    private final DisniDevice device;
     private final boolean serverSide;
-    volatile VerbsChannel channel;
+    private volatile VerbsChannel channel;
+    /** Work request lists by length, built once for this queue pair and rewritten per post; guarded by postLock. */
+    private SVCPostSend[] chains = new SVCPostSend[0];
+    private final Object postLock = new Object();
     private Thread connecting;
     private String failure;
     private boolean connectOver;
     private boolean established;
     private boolean acceptAborted;
 
-    VerbsEndpoint(VerbsNode node, RdmaActiveEndpointGroup<VerbsEndpoint> group, RdmaCmId id, boolean serverSide)
-            throws IOException {
+    VerbsEndpoint(VerbsNode node, DisniDevice device, RdmaActiveEndpointGroup<VerbsEndpoint> group, RdmaCmId id,
+                  boolean serverSide) throws IOException {
         super(group, id, serverSide);
         this.node = node;
+        this.device = device;
         this.serverSide = serverSide;
+    }
+
+    @Override
+    public VerbsChannel channel() {
+        return channel;
+    }
+
+    @Override
+    public void channel(VerbsChannel c) {
+        channel = c;
+    }
+
+    @Override
+    public void post(ReadChain chain, int k) throws IOException {
+        synchronized (postLock) {
+            if (chains == null) {
+                throw new IOException("queue pair closed");
+            }
+            SVCPostSend c = chain(k);
+            for (int j = 0; j < k; j++) {
+                SVCPostSend.SendWRMod wr = c.getWrMod(j);
+                wr.setWr_id(chain.wrId[j]);
+                SVCPostSend.SgeMod sge = wr.getSgeMod(0);
+                sge.setAddr(chain.local[j]);
+                sge.setLength(chain.length[j]);
+                sge.setLkey(chain.lkey[j]);
+                SVCPostSend.RdmaMod rdma = wr.getRdmaMod();
+                rdma.setRemote_addr(chain.remote[j]);
+                rdma.setRkey(chain.rkey[j]);
+            }
+            c.execute();
+        }
+    }
+
+    /** The list of {@code k} READ work requests, built once for this queue pair. postLock held. */
+    private SVCPostSend chain(int k) throws IOException {
+        if (k >= chains.length) {
+            chains = java.util.Arrays.copyOf(chains, Math.max(k + 1, chains.length * 2));
+        }
+        SVCPostSend c = chains[k];
+        if (c == null) {
+            List<IbvSendWR> wrs = new ArrayList<>(k);
+            for (int j = 0; j < k; j++) {
+                IbvSge sge = new IbvSge();
+                LinkedList<IbvSge> sges = new LinkedList<>();
+                sges.add(sge);
+                IbvSendWR wr = new IbvSendWR();
+                wr.setSg_list(sges);
+                wr.setOpcode(IbvSendWR.IBV_WR_RDMA_READ);
+                wr.setSend_flags(IbvSendWR.IBV_SEND_SIGNALED);
+                wrs.add(wr);
+            }
+            c = postSend(new LinkedList<>(wrs));
+            chains[k] = c;
+        }
+        return c;
+    }
+
+    private void freeChains() {
+        synchronized (postLock) {
+            if (chains == null) {
+                return;
+            }
+            for (SVCPostSend c : chains) {
+                if (c != null) {
+                    c.free();
+                }
+            }
+            chains = null;
+        }
     }
 
     /**
@@ -55,7 +136,7 @@ final class VerbsEndpoint extends RdmaActiveEndpoint {
         java.net.InetAddress ip = from instanceof java.net.InetSocketAddress a ? a.getAddress() : null;
         if (ip == null || !node.mayAccept(ip)) {
             getIdPriv().destroyQP();
-            node.dropRefused(this);
+            node.execute(this::closeQuietly); // once DiSNI's accept has let go of it
             throw new IOException("queue pair from " + from + " refused: not announced by an authenticated peer");
         }
         // DiSNI's accept waits for ESTABLISHED without a bound, on the node's only acceptor thread: a peer
@@ -114,7 +195,11 @@ final class VerbsEndpoint extends RdmaActiveEndpoint {
                     .toLowerCase(java.util.Locale.ROOT).replace('_', ' '));
         } else if (t == DISCONNECTED || t == DEVICE_REMOVAL) {
             abortConnect("disconnected");
-            node.endpointDisconnected(this, serverSide);
+            if (serverSide) {
+                device.acceptedDisconnected(this);
+            } else {
+                node.queuePairDisconnected(this);
+            }
         }
     }
 
@@ -177,7 +262,9 @@ final class VerbsEndpoint extends RdmaActiveEndpoint {
     }
 
     /** Closes, never throwing; DiSNI waits at most a second for the disconnect. */
-    void closeQuietly() {
+    @Override
+    public void closeQuietly() {
+        freeChains();
         try {
             close();
         } catch (Exception e) {

@@ -1,14 +1,8 @@
 package org.rdmashuffle.transport.verbs;
 
-import com.ibm.disni.RdmaActiveEndpointGroup;
-import com.ibm.disni.RdmaServerEndpoint;
-import com.ibm.disni.verbs.IbvMr;
-import com.ibm.disni.verbs.IbvPd;
-import com.ibm.disni.verbs.RdmaConnParam;
 import java.io.IOException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
-import java.net.SocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -49,14 +43,16 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * A node of the verbs provider (DiSNI 2.1): an rdma_cm listener whose accepted RC queue pairs let peers
- * READ this node's regions without this node's CPU, one protection domain for every registration, and
- * one completion queue (polled by DiSNI's completion thread) for the queue pairs of its channels.
+ * A node of the verbs provider: an rdma_cm listener whose accepted RC queue pairs let peers READ this
+ * node's regions without this node's CPU, one protection domain for every registration, and one
+ * completion queue (polled by the device's completion thread) for the queue pairs of its channels. The
+ * device side is reached through {@code java.lang.foreign} or DiSNI ({@link VerbsDevice},
+ * {@code spark.shuffle.rdma.verbs.api}); everything here is the same for both.
  *
  * <p>Connection set-up and the small two-sided control messages go over an authenticated TCP control
  * connection (the tcp provider's handshake and framing, at the port this node advertises): a peer
  * learns the rdma_cm port there, and a READ the peer refuses is diagnosed there. READ data never
- * crosses it. DiSNI's types stay inside this package.
+ * crosses it.
  */
 public final class VerbsNode implements RdmaNode {
     private static final Logger LOG = LoggerFactory.getLogger(VerbsNode.class);
@@ -75,16 +71,14 @@ public final class VerbsNode implements RdmaNode {
     /** The most READs any channel keeps outstanding; each queue pair's send queue holds this many. */
     private final int credits;
     private final String device;
-    private final RdmaActiveEndpointGroup<VerbsEndpoint> group;
-    private final RdmaServerEndpoint<VerbsEndpoint> listener;
-    private final IbvPd pd;
+    private final VerbsDevice verbs;
+    /** Which API reaches rdma-core, and why it was chosen. */
+    private final String api;
     private final int rdmaPort;
     private final TcpNode control;
     private final NodeAddress address;
-    private final Thread acceptor;
     private final ScheduledExecutorService timer;
     private final ExecutorService worker;
-    private final Set<VerbsEndpoint> accepted = ConcurrentHashMap.newKeySet();
     private final Map<Integer, VerbsRegion> regions = new ConcurrentHashMap<>();
     private final PeerChannels<VerbsChannel> channels = new PeerChannels<>(this::ensureOpen, VerbsChannel::close);
     private final Set<VerbsChannel> waitingForRoom = ConcurrentHashMap.newKeySet();
@@ -128,73 +122,40 @@ public final class VerbsNode implements RdmaNode {
         if (bind.isUnresolved()) {
             throw new TransportException("verbs: cannot resolve bind host " + options.bindHost());
         }
-        RdmaActiveEndpointGroup<VerbsEndpoint> g = null;
-        RdmaServerEndpoint<VerbsEndpoint> l = null;
+        VerbsApis.Choice choice = VerbsApis.choose(conf.verbsApi());
+        this.timer = Executors.newSingleThreadScheduledExecutor(daemon("rdma-verbs-timer"));
+        this.worker = Executors.newCachedThreadPool(daemon("rdma-verbs-worker"));
+        VerbsDevice d = null;
         TcpNode c = null;
         try {
-            g = new RdmaActiveEndpointGroup<>(conf.verbsEventTimeoutMs(), false, credits, 1,
-                    conf.verbsCompletionQueueSize());
-            // DiSNI connects and accepts every endpoint of the group with the group's parameters. Of them it
-            // passes only the two retry counts on to rdma_cm (see QueuePairParameters); both default to 0.
-            RdmaConnParam cp = g.getConnParam();
-            cp.setRetry_count((byte) queuePairs.retryCount());
-            cp.setRnr_retry_count((byte) queuePairs.rnrRetryCount());
-            final RdmaActiveEndpointGroup<VerbsEndpoint> fg = g;
-            g.init((id, serverSide) -> new VerbsEndpoint(this, fg, id, serverSide));
-            l = g.createServerEndpoint();
-            try {
-                l.bind(bind, 256);
-            } catch (Exception e) {
-                throw new TransportException("verbs: cannot listen with rdma_cm on " + options.bindHost() + ": "
-                        + e.getMessage() + " (is the address on an RDMA device? see `rdma link show`)", e);
-            }
-            IbvPd p = l.getPd();
-            if (p == null) {
-                throw new TransportException("verbs: no RDMA device serves " + options.bindHost()
-                        + " (rdma_cm bound no device; bind to the address of an RDMA-capable interface)");
-            }
-            this.pd = p;
-            this.device = deviceName(p);
+            d = choice.factory().open(this, bind, queuePairs, credits, conf.verbsCompletionQueueSize(),
+                    conf.verbsEventTimeoutMs());
+            this.verbs = d;
+            this.api = d.api() + " (" + choice.why() + ")";
+            this.device = d.name();
             this.iwarp = isIwarp(device);
-            this.rdmaPort = portOf(l.getSrcAddr());
-            this.rdmaAddress = ((InetSocketAddress) l.getSrcAddr()).getAddress();
-            this.group = g;
-            this.listener = l;
+            this.rdmaPort = d.port();
+            this.rdmaAddress = d.address();
             c = new TcpNode(conf, options.withControlHandler(this::onControl));
             this.control = c;
-        } catch (IOException | RuntimeException e) {
-            closeQuietly(c, l, g);
+        } catch (IOException | RuntimeException | LinkageError e) {
+            if (c != null) {
+                c.close();
+            }
+            if (d != null) {
+                d.close();
+            }
+            timer.shutdownNow();
+            worker.shutdownNow();
             throw e;
-        } catch (Exception e) {
-            closeQuietly(c, l, g);
-            throw new TransportException("verbs: cannot start: " + e, e);
         }
         int port = control.localAddress().port();
         this.address = new NodeAddress(options.advertisedHost(), port, PROVIDER);
-        this.timer = Executors.newSingleThreadScheduledExecutor(daemon("rdma-verbs-timer-" + port));
-        this.worker = Executors.newCachedThreadPool(daemon("rdma-verbs-worker-" + port));
         long tick = Math.max(10, Math.min(Math.min(1000, conf.requestTimeoutMs() / 4), conf.verbsStallCheckMs() / 2));
         timer.scheduleWithFixedDelay(this::checkTimeouts, tick, tick, TimeUnit.MILLISECONDS);
-        this.acceptor = new Thread(this::acceptLoop, "rdma-verbs-acceptor-" + port);
-        acceptor.setDaemon(true);
-        acceptor.start();
-        LOG.info("verbs node listening on {} ({}, rdma_cm port {}, at most {} READs in flight per channel, "
-                + "completion queue {}, retry_count {}, rnr_retry_count {})", address, device, rdmaPort, credits,
+        LOG.info("verbs node listening on {} ({} through {}, rdma_cm port {}, at most {} READs in flight per channel, "
+                + "completion queue {}, retry_count {}, rnr_retry_count {})", address, device, api, rdmaPort, credits,
                 conf.verbsCompletionQueueSize(), queuePairs.retryCount(), queuePairs.rnrRetryCount());
-    }
-
-    /**
-     * The RDMA device behind {@code pd}, for log lines: DiSNI gives the uverbs file descriptor only, whose
-     * character device names the device in sysfs.
-     */
-    private static String deviceName(IbvPd pd) {
-        try {
-            Path uverbs = Files.readSymbolicLink(Path.of("/proc/self/fd/" + pd.getContext().getCmd_fd()));
-            return Files.readString(Path.of("/sys/class/infiniband_verbs", uverbs.getFileName().toString(), "ibdev"))
-                    .trim();
-        } catch (IOException | RuntimeException e) {
-            return "an RDMA device";
-        }
     }
 
     /**
@@ -212,13 +173,6 @@ public final class VerbsNode implements RdmaNode {
         }
     }
 
-    private static int portOf(SocketAddress a) throws TransportException {
-        if (a instanceof InetSocketAddress i && i.getPort() > 0) {
-            return i.getPort();
-        }
-        throw new TransportException("verbs: rdma_cm listener reports no port (" + a + ")");
-    }
-
     private static java.util.concurrent.ThreadFactory daemon(String name) {
         AtomicInteger n = new AtomicInteger();
         return r -> {
@@ -227,27 +181,6 @@ public final class VerbsNode implements RdmaNode {
             t.setDaemon(true);
             return t;
         };
-    }
-
-    private static void closeQuietly(TcpNode c, RdmaServerEndpoint<VerbsEndpoint> l,
-                                     RdmaActiveEndpointGroup<VerbsEndpoint> g) {
-        if (c != null) {
-            c.close();
-        }
-        try {
-            if (l != null) {
-                l.close();
-            }
-        } catch (Exception e) {
-            LOG.debug("closing rdma_cm listener", e);
-        }
-        try {
-            if (g != null) {
-                g.close();
-            }
-        } catch (Exception e) {
-            LOG.debug("closing DiSNI endpoint group", e);
-        }
     }
 
     // ---- control messages ----
@@ -399,20 +332,13 @@ public final class VerbsNode implements RdmaNode {
      * authentication on, the queue pair is first announced to the peer over the authenticated control
      * connection (from this node's RDMA address), since rdma_cm's own connect request proves nothing.
      */
-    VerbsEndpoint openEndpoint(NodeAddress peer, InetSocketAddress target, long timeoutMs) throws IOException {
+    QueuePair openEndpoint(NodeAddress peer, InetSocketAddress target, long timeoutMs) throws IOException {
         ensureOpen();
         if (authenticated) {
             byte[] ip = rdmaAddress.getAddress();
             controlCall(peer, ByteBuffer.allocate(1 + ip.length).put(OP_ADMIT).put(ip).flip());
         }
-        VerbsEndpoint ep = group.createEndpoint();
-        try {
-            ep.connectWithin(target, timeoutMs);
-            return ep;
-        } catch (IOException | RuntimeException e) {
-            ep.closeQuietly();
-            throw e;
-        }
+        return verbs.connect(target, timeoutMs);
     }
 
     /** Records one announced queue pair from {@code from}, valid for twice the connect timeout. */
@@ -488,11 +414,6 @@ public final class VerbsNode implements RdmaNode {
         LOG.debug("verbs: gave up accepting a queue pair: {}", why);
     }
 
-    /** Closes an endpoint whose connect request was refused, once DiSNI's accept has let go of it. */
-    void dropRefused(VerbsEndpoint ep) {
-        execute(ep::closeQuietly);
-    }
-
     long connectTimeoutMs() {
         return conf.connectTimeoutMs();
     }
@@ -502,47 +423,31 @@ public final class VerbsNode implements RdmaNode {
         return queuePairs;
     }
 
-    private void acceptLoop() {
-        while (!closed) {
-            try {
-                VerbsEndpoint ep = listener.accept();
-                if (closed) {
-                    ep.closeQuietly();
-                    break;
-                }
-                if (!ep.established()) { // its accept was ended: the peer went away mid-handshake
-                    ep.closeQuietly();
-                    continue;
-                }
-                accepted.add(ep);
-                if (LOG.isDebugEnabled()) {
-                    LOG.debug("accepted a queue pair on {}: retry_count={}, rnr_retry_count={}", device,
-                            queuePairs.retryCount(), queuePairs.rnrRetryCount());
-                }
-            } catch (IOException | RuntimeException e) {
-                if (closed) {
-                    break;
-                }
-                LOG.debug("accepting an rdma_cm connection failed", e);
-            }
+    /** A queue pair from a peer was accepted. */
+    void acceptedQueuePair() {
+        if (LOG.isDebugEnabled()) {
+            LOG.debug("accepted a queue pair on {}: retry_count={}, rnr_retry_count={}", device,
+                    queuePairs.retryCount(), queuePairs.rnrRetryCount());
         }
     }
 
-    /** On DiSNI's connection-manager thread: nothing here may close an endpoint inline. */
-    void endpointDisconnected(VerbsEndpoint ep, boolean serverSide) {
+    /**
+     * A client queue pair disconnected (the peer closed or went away), on the device's connection-manager
+     * thread: nothing here may close a queue pair inline.
+     */
+    void queuePairDisconnected(QueuePair qp) {
         if (closed) {
-            return; // close() closes every endpoint itself
+            return; // close() closes every queue pair itself
         }
-        if (serverSide) {
-            if (accepted.remove(ep)) {
-                execute(ep::closeQuietly);
-            }
-        } else {
-            VerbsChannel c = ep.channel;
-            if (c != null) {
-                c.onDisconnected(ep);
-            }
+        VerbsChannel c = qp.channel();
+        if (c != null) {
+            c.onDisconnected(qp);
         }
+    }
+
+    /** Which API reaches rdma-core ({@code java.lang.foreign} or {@code DiSNI}) and why it was chosen. */
+    public String api() {
+        return api;
     }
 
     void channelClosed(VerbsChannel c) {
@@ -626,7 +531,7 @@ public final class VerbsNode implements RdmaNode {
         }
     }
 
-    void logClose(VerbsEndpoint ep, Exception e) {
+    void logClose(QueuePair ep, Exception e) {
         LOG.debug("closing endpoint {} failed", ep, e);
     }
 
@@ -698,19 +603,9 @@ public final class VerbsNode implements RdmaNode {
         // Served memory: REMOTE_READ only (a read-only file mapping cannot be registered writable). READ
         // sinks: LOCAL_WRITE, and on iWARP also REMOTE_WRITE, which iWARP requires of the buffer a READ
         // response lands in (RoCE and InfiniBand do not: there a sink cannot be written by any peer).
-        int flags = access == RegionAccess.REMOTE_READ ? IbvMr.IBV_ACCESS_REMOTE_READ
-                : iwarp ? IbvMr.IBV_ACCESS_LOCAL_WRITE | IbvMr.IBV_ACCESS_REMOTE_WRITE : IbvMr.IBV_ACCESS_LOCAL_WRITE;
-        IbvMr mr;
-        try {
-            mr = pd.regMr(memory, flags).execute().free().getMr();
-        } catch (IOException | RuntimeException e) {
-            throw new TransportException("verbs: registering " + memory.capacity() + " bytes failed: " + e.getMessage()
-                    + " (check the locked-memory limit, `ulimit -l`, and the device's max_mr_size)", e);
-        }
-        if (mr == null) {
-            throw new TransportException("verbs: registering " + memory.capacity() + " bytes failed (check the "
-                    + "locked-memory limit, `ulimit -l`, and the device's max_mr_size)");
-        }
+        int flags = access == RegionAccess.REMOTE_READ ? VerbsDevice.ACCESS_REMOTE_READ
+                : iwarp ? VerbsDevice.ACCESS_LOCAL_WRITE | VerbsDevice.ACCESS_REMOTE_WRITE : VerbsDevice.ACCESS_LOCAL_WRITE;
+        VerbsDevice.Memory mr = verbs.register(memory, flags);
         VerbsRegion r = new VerbsRegion(this, mr, memory, access, ownsMapping);
         regions.put(r.rkey, r);
         registeredBytes.addAndGet(r.length);
@@ -769,20 +664,7 @@ public final class VerbsNode implements RdmaNode {
         for (VerbsChannel c : channels.all()) {
             c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
         }
-        synchronized (listener) {
-            listener.notifyAll(); // DiSNI's accept() waits on the listener without a bound
-        }
-        acceptor.interrupt();
-        try {
-            listener.close();
-        } catch (Exception e) {
-            LOG.debug("closing rdma_cm listener", e);
-        }
-        join(acceptor);
-        for (VerbsEndpoint ep : accepted) {
-            ep.closeQuietly();
-        }
-        accepted.clear();
+        verbs.closeListener();
         for (VerbsRegion r : regions.values().toArray(new VerbsRegion[0])) {
             r.close();
         }
@@ -794,24 +676,10 @@ public final class VerbsNode implements RdmaNode {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
-        try {
-            group.close(); // joins DiSNI's threads, each within spark.shuffle.rdma.verbs.eventTimeout
-        } catch (Exception e) {
-            LOG.warn("closing DiSNI's endpoint group failed", e);
-        }
+        verbs.close(); // joins the device's threads, each within spark.shuffle.rdma.verbs.eventTimeout
         control.close();
         LOG.info("verbs node {} closed: {} READs completed ({} bytes), {} failed", address, readsCompleted.sum(),
                 bytesRead.sum(), readsFailed.sum());
     }
 
-    private static void join(Thread t) {
-        try {
-            t.join(5_000);
-            if (t.isAlive()) {
-                LOG.warn("{} did not stop within 5 s", t.getName());
-            }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-    }
 }

@@ -1,6 +1,5 @@
 package org.rdmashuffle.transport.verbs;
 
-import com.ibm.disni.verbs.IbvMr;
 import java.nio.ByteBuffer;
 import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.ReadStatus;
@@ -23,23 +22,23 @@ final class VerbsRegion implements MemoryRegion {
     final int length;
     final int lkey;
     final int rkey;
-    private final IbvMr mr;
+    private final VerbsDevice.Memory mr;
     private final ByteBuffer memory;
     private final boolean ownsMapping;
     private final RegionAccess access;
     private final RegionDescriptor descriptor;
     private volatile boolean open = true;
 
-    VerbsRegion(VerbsNode node, IbvMr mr, ByteBuffer memory, RegionAccess access, boolean ownsMapping) {
+    VerbsRegion(VerbsNode node, VerbsDevice.Memory mr, ByteBuffer memory, RegionAccess access, boolean ownsMapping) {
         this.node = node;
         this.mr = mr;
         this.memory = memory;
         this.access = access;
         this.ownsMapping = ownsMapping;
-        this.address = mr.getAddr();
+        this.address = mr.address();
         this.length = memory.capacity();
-        this.lkey = mr.getLkey();
-        this.rkey = mr.getRkey();
+        this.lkey = mr.lkey();
+        this.rkey = mr.rkey();
         this.descriptor = new RegionDescriptor(address, length, rkey);
     }
 
@@ -90,7 +89,7 @@ final class VerbsRegion implements MemoryRegion {
         }
         node.deregistered(this);
         try {
-            mr.deregMr().execute().free();
+            mr.deregister();
         } catch (Exception e) {
             LOG.warn("deregistering {} failed", this, e);
         }

@@ -89,7 +89,7 @@ class VerbsQueuePairAuthenticationTest {
     void shouldAcceptAnyQueuePairWhenAuthenticationIsOff() throws Exception {
         needsAnRdmaDevice();
         try (VerbsNode open = node(null); VerbsNode other = node(null)) {
-            VerbsEndpoint ep = other.openEndpoint(open.localAddress(),
+            QueuePair ep = other.openEndpoint(open.localAddress(),
                     new InetSocketAddress(HOST, open.rdmaPort()), 5_000);
             ep.closeQuietly();
             assertEquals(0, open.queuePairsRefused());

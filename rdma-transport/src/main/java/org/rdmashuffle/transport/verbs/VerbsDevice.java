@@ -1,0 +1,67 @@
+package org.rdmashuffle.transport.verbs;
+
+import java.io.IOException;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+
+/**
+ * What a {@link VerbsNode} needs of rdma-core, behind the API that reaches it: DiSNI and its libdisni
+ * ({@link DisniDevice}, Java 17+), or libibverbs and librdmacm called through {@code java.lang.foreign}
+ * ({@code FfmDevice}, Java 22+, in the jar's {@code META-INF/versions/22}). One rdma_cm listener, one
+ * protection domain for every registration, and one completion queue for every queue pair of the node,
+ * whose completions go to {@link VerbsChannel#onCompletion} on the device's completion thread.
+ *
+ * <p>Everything else — the control connection, admission, the READ window, failure diagnosis and
+ * repost, timeouts, accounting — is the node's and the channel's, the same for both APIs.
+ */
+interface VerbsDevice {
+    /** ibv_access_flags, as in verbs.h. */
+    int ACCESS_LOCAL_WRITE = 1;
+    int ACCESS_REMOTE_WRITE = 2;
+    int ACCESS_REMOTE_READ = 4;
+
+    /** The RDMA device's name (e.g. siw0), for log lines. */
+    String name();
+
+    /** Which API reaches rdma-core, for log lines. */
+    String api();
+
+    /** The address the rdma_cm listener is bound to; client queue pairs connect from it. */
+    InetAddress address();
+
+    /** The rdma_cm listener's port. */
+    int port();
+
+    /**
+     * Registers {@code memory} (position 0 to capacity) with the protection domain.
+     *
+     * @throws IOException naming what to check (locked-memory limit, the device's max_mr_size)
+     */
+    Memory register(ByteBuffer memory, int access) throws IOException;
+
+    /**
+     * A connected client queue pair to the rdma_cm listener at {@code target}, within {@code timeoutMs}.
+     *
+     * @throws IOException naming why (the rdma_cm event, or the timeout)
+     */
+    QueuePair connect(InetSocketAddress target, long timeoutMs) throws IOException;
+
+    /** Stops accepting and closes every accepted queue pair (peers can no longer READ). */
+    void closeListener();
+
+    /** Releases the rest: threads, completion queue, protection domain. Regions are closed before. */
+    void close();
+
+    /** A registration: what work requests and peers name it by. */
+    interface Memory {
+        long address();
+
+        int lkey();
+
+        int rkey();
+
+        /** Deregisters; the rkey fails from then on. */
+        void deregister() throws Exception;
+    }
+}
