@@ -1,0 +1,703 @@
+package org.rdmashuffle.transport.verbs;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_BYTE;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+import static java.lang.foreign.ValueLayout.JAVA_SHORT;
+import static org.rdmashuffle.transport.verbs.RdmaCore.getInt;
+import static org.rdmashuffle.transport.verbs.RdmaCore.getLong;
+import static org.rdmashuffle.transport.verbs.RdmaCore.state;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.net.Inet4Address;
+import java.net.Inet6Address;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.UnknownHostException;
+import java.nio.ByteBuffer;
+import java.util.ArrayDeque;
+import java.util.Arrays;
+import java.util.Deque;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import org.rdmashuffle.transport.TransportException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The verbs device reached through {@code java.lang.foreign} ({@link RdmaCore}): an rdma_cm event
+ * channel with its own thread, a listener bound to the node's address, the protection domain and one
+ * completion queue (with a completion channel) on the listener's device, and a completion thread that
+ * polls that queue into a work-completion array allocated once and hands each completion straight to
+ * its channel, with no thread hand-off, no boxing and no allocation.
+ */
+final class FfmDevice implements VerbsDevice {
+    private static final Logger LOG = LoggerFactory.getLogger(FfmDevice.class);
+    /** Work completions taken per ibv_poll_cq call. */
+    private static final int WC_BATCH = 32;
+    /** Completion events acknowledged together (ibv_ack_cq_events takes a mutex). */
+    private static final int ACK_BATCH = 32;
+
+    final RdmaCore core;
+    final VerbsNode node;
+    private final Arena arena = Arena.ofShared();
+    private final Deque<Runnable> release = new ArrayDeque<>();
+    private final int eventTimeoutMs;
+    final int credits;
+    private final QueuePairParameters queuePairs;
+    private final MemorySegment eventChannel;
+    private final int eventFd;
+    private final Object listenerLock = new Object();
+    private long listenId;
+    final long context;
+    private final MemorySegment pd;
+    private final MemorySegment compChannel;
+    private final int compFd;
+    final MemorySegment cq;
+    private final MemorySegment pollCqFn;
+    private final MemorySegment reqNotifyFn;
+    final MemorySegment postSendFn;
+    /** rdma_conn_param every connect and accept uses. */
+    final MemorySegment connParam;
+    private final String name;
+    private final InetAddress address;
+    private final int port;
+    private final int responderResources;
+    private final int initiatorDepth;
+    /** Queue pairs by rdma_cm id address (control path only). */
+    private final Map<Long, FfmQueuePair> byId = new ConcurrentHashMap<>();
+    /** Client queue pairs by qp_num, read by the completion thread without locking or boxing. */
+    private final QpTable byQpNum = new QpTable();
+    private final Set<FfmQueuePair> accepted = ConcurrentHashMap.newKeySet();
+    private final Thread cmThread;
+    private final Thread cqThread;
+    private volatile boolean closed;
+    private volatile boolean accepting = true;
+
+    FfmDevice(VerbsNode node, RdmaCore core, InetSocketAddress bind, QueuePairParameters queuePairs, int credits,
+              int completionQueueSize, int eventTimeoutMs) throws IOException {
+        this.node = node;
+        this.core = core;
+        this.credits = credits;
+        this.queuePairs = queuePairs;
+        this.eventTimeoutMs = eventTimeoutMs;
+        try {
+            eventChannel = (MemorySegment) core.createEventChannel.invokeExact(state());
+            if (eventChannel.equals(MemorySegment.NULL)) {
+                throw new TransportException("verbs: rdma_create_event_channel failed: " + core.lastError()
+                        + " (is rdma_ucm loaded? /dev/infiniband/rdma_cm must exist)");
+            }
+            release.push(() -> call(() -> core.destroyEventChannel.invokeExact(eventChannel)));
+            eventFd = getInt(eventChannel.address() + RdmaCore.EVENT_CHANNEL_FD);
+            nonBlocking(eventFd);
+            MemorySegment idOut = arena.allocate(ADDRESS);
+            check((int) core.createId.invokeExact(state(), eventChannel, idOut, MemorySegment.NULL,
+                    RdmaCore.RDMA_PS_TCP), "rdma_create_id");
+            listenId = idOut.get(ADDRESS, 0).address();
+            release.push(this::destroyListener);
+            try (Arena a = Arena.ofConfined()) {
+                if ((int) core.bindAddr.invokeExact(state(), RdmaCore.at(listenId), sockaddr(a, bind)) != 0) {
+                    throw new TransportException("verbs: cannot listen with rdma_cm on " + bind.getHostString() + ": "
+                            + core.lastError() + " (is the address on an RDMA device? see `rdma link show`)");
+                }
+            }
+            context = getLong(listenId + RdmaCore.ID_VERBS);
+            if (context == 0) {
+                throw new TransportException("verbs: no RDMA device serves " + bind.getHostString()
+                        + " (rdma_cm bound no device; bind to the address of an RDMA-capable interface)");
+            }
+            name = deviceName(context);
+            MemorySegment attr = arena.allocate(RdmaCore.DA_SIZE, 8);
+            int rc = (int) core.queryDevice.invokeExact(RdmaCore.at(context), attr);
+            if (rc != 0) {
+                throw new TransportException("verbs: ibv_query_device on " + name + " failed: " + core.describe(rc));
+            }
+            int maxQpWr = attr.get(JAVA_INT, RdmaCore.DA_MAX_QP_WR);
+            int maxCqe = attr.get(JAVA_INT, RdmaCore.DA_MAX_CQE);
+            int maxRdAtom = attr.get(JAVA_INT, RdmaCore.DA_MAX_QP_RD_ATOM);
+            int maxInitRdAtom = attr.get(JAVA_INT, RdmaCore.DA_MAX_QP_INIT_RD_ATOM);
+            if (credits > maxQpWr) {
+                throw new TransportException("verbs: " + name + " takes at most " + maxQpWr + " work requests per "
+                        + "queue pair (max_qp_wr), fewer than the " + credits + " READs a channel keeps in flight: lower "
+                        + "spark.shuffle.rdma.maxReadsInFlightPerPeer or spark.shuffle.rdma.verbs.maxQpReadAtoms");
+            }
+            if (completionQueueSize > maxCqe) {
+                throw new TransportException("verbs: " + name + " takes at most " + maxCqe + " completion queue "
+                        + "entries (max_cqe): lower spark.shuffle.rdma.verbs.completionQueueSize (" + completionQueueSize
+                        + ")");
+            }
+            responderResources = Math.max(1, Math.min(queuePairs.readDepth(), maxRdAtom));
+            initiatorDepth = Math.max(1, Math.min(queuePairs.readDepth(), maxInitRdAtom));
+            if ((int) core.listen.invokeExact(state(), RdmaCore.at(listenId), 256) != 0) {
+                throw new TransportException("verbs: rdma_listen on " + bind.getHostString() + " failed: "
+                        + core.lastError());
+            }
+            InetSocketAddress local = readSockaddr(listenId + RdmaCore.ID_SRC_ADDR);
+            if (local == null || local.getPort() <= 0) {
+                throw new TransportException("verbs: rdma_cm listener reports no port");
+            }
+            address = local.getAddress();
+            port = local.getPort();
+            pd = (MemorySegment) core.allocPd.invokeExact(state(), RdmaCore.at(context));
+            if (pd.equals(MemorySegment.NULL)) {
+                throw new TransportException("verbs: ibv_alloc_pd on " + name + " failed: " + core.lastError());
+            }
+            release.push(() -> call(() -> {
+                int r = (int) core.deallocPd.invokeExact(pd);
+                if (r != 0) {
+                    LOG.warn("verbs: ibv_dealloc_pd failed: {} (a region is still registered)", core.describe(r));
+                }
+            }));
+            compChannel = (MemorySegment) core.createCompChannel.invokeExact(state(), RdmaCore.at(context));
+            if (compChannel.equals(MemorySegment.NULL)) {
+                throw new TransportException("verbs: ibv_create_comp_channel failed: " + core.lastError());
+            }
+            release.push(() -> call(() -> core.destroyCompChannel.invokeExact(compChannel)));
+            compFd = getInt(compChannel.address() + RdmaCore.COMP_CHANNEL_FD);
+            nonBlocking(compFd);
+            cq = (MemorySegment) core.createCq.invokeExact(state(), RdmaCore.at(context), completionQueueSize,
+                    MemorySegment.NULL, compChannel, 0);
+            if (cq.equals(MemorySegment.NULL)) {
+                throw new TransportException("verbs: ibv_create_cq with " + completionQueueSize + " entries failed: "
+                        + core.lastError());
+            }
+            release.push(() -> call(() -> {
+                int r = (int) core.destroyCq.invokeExact(cq);
+                if (r != 0) {
+                    LOG.warn("verbs: ibv_destroy_cq failed: {}", core.describe(r));
+                }
+            }));
+            pollCqFn = RdmaCore.at(getLong(context + RdmaCore.CTX_OPS_POLL_CQ));
+            reqNotifyFn = RdmaCore.at(getLong(context + RdmaCore.CTX_OPS_REQ_NOTIFY_CQ));
+            postSendFn = RdmaCore.at(getLong(context + RdmaCore.CTX_OPS_POST_SEND));
+            if (pollCqFn.address() == 0 || reqNotifyFn.address() == 0 || postSendFn.address() == 0) {
+                throw new TransportException("verbs: " + name + "'s provider library leaves poll_cq, req_notify_cq or "
+                        + "post_send unset in its ops table");
+            }
+            connParam = arena.allocate(RdmaCore.CP_SIZE, 8);
+            connParam.set(JAVA_BYTE, RdmaCore.CP_RESPONDER_RESOURCES, (byte) responderResources);
+            connParam.set(JAVA_BYTE, RdmaCore.CP_INITIATOR_DEPTH, (byte) initiatorDepth);
+            connParam.set(JAVA_BYTE, RdmaCore.CP_RETRY_COUNT, (byte) queuePairs.retryCount());
+            connParam.set(JAVA_BYTE, RdmaCore.CP_RNR_RETRY_COUNT, (byte) queuePairs.rnrRetryCount());
+        } catch (IOException | RuntimeException | Error e) {
+            releaseAll();
+            throw e;
+        } catch (Throwable t) {
+            releaseAll();
+            throw new TransportException("verbs: cannot start: " + t, t);
+        }
+        cmThread = new Thread(this::cmLoop, "rdma-verbs-cm-" + port);
+        cmThread.setDaemon(true);
+        cqThread = new Thread(this::cqLoop, "rdma-verbs-cq-" + port);
+        cqThread.setDaemon(true);
+        cmThread.start();
+        cqThread.start();
+        LOG.debug("verbs through java.lang.foreign on {}: responder_resources {}, initiator_depth {}", name,
+                responderResources, initiatorDepth);
+    }
+
+    /** A native call that may throw only what the callee cannot: wrapped. */
+    interface NativeCall {
+        void run() throws Throwable;
+    }
+
+    static void call(NativeCall c) {
+        try {
+            c.run();
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IllegalStateException(t);
+        }
+    }
+
+    private void check(int rc, String what) throws TransportException {
+        if (rc != 0) {
+            throw new TransportException("verbs: " + what + " failed: " + core.lastError());
+        }
+    }
+
+    private void nonBlocking(int fd) throws Throwable {
+        int flags = (int) core.fcntl.invokeExact(fd, RdmaCore.F_GETFL, 0);
+        if (flags < 0 || (int) core.fcntl.invokeExact(fd, RdmaCore.F_SETFL, flags | RdmaCore.O_NONBLOCK) < 0) {
+            throw new TransportException("verbs: cannot make file descriptor " + fd + " non-blocking");
+        }
+    }
+
+    private String deviceName(long ctx) {
+        try {
+            MemorySegment n = (MemorySegment) core.deviceName.invokeExact(RdmaCore.at(getLong(ctx)));
+            return n.equals(MemorySegment.NULL) ? "an RDMA device" : n.reinterpret(64).getString(0);
+        } catch (Throwable t) {
+            return "an RDMA device";
+        }
+    }
+
+    private void releaseAll() {
+        while (!release.isEmpty()) {
+            try {
+                release.pop().run();
+            } catch (RuntimeException e) {
+                LOG.debug("verbs: releasing a device resource failed", e);
+            }
+        }
+        arena.close();
+    }
+
+    private void destroyListener() {
+        synchronized (listenerLock) {
+            accepting = false;
+            if (listenId != 0) {
+                long id = listenId;
+                listenId = 0;
+                call(() -> core.destroyId.invokeExact(RdmaCore.at(id)));
+            }
+        }
+    }
+
+    /** A sockaddr_in or sockaddr_in6 for {@code a}, in {@code arena}. */
+    static MemorySegment sockaddr(Arena arena, InetSocketAddress a) throws UnknownHostException {
+        InetAddress ip = a.getAddress();
+        if (ip == null) {
+            throw new UnknownHostException(a.getHostString());
+        }
+        int port = a.getPort();
+        MemorySegment s;
+        if (ip instanceof Inet4Address) {
+            s = arena.allocate(16, 8);
+            s.set(JAVA_SHORT, 0, (short) 2); // AF_INET
+            s.asSlice(4, 4).copyFrom(MemorySegment.ofArray(ip.getAddress()));
+        } else {
+            s = arena.allocate(28, 8);
+            s.set(JAVA_SHORT, 0, (short) 10); // AF_INET6
+            s.asSlice(8, 16).copyFrom(MemorySegment.ofArray(ip.getAddress()));
+            s.set(JAVA_INT, 24, ((Inet6Address) ip).getScopeId());
+        }
+        s.set(JAVA_BYTE, 2, (byte) (port >>> 8)); // network byte order
+        s.set(JAVA_BYTE, 3, (byte) port);
+        return s;
+    }
+
+    /** The socket address at {@code addr} (a sockaddr_in or sockaddr_in6), or null for another family. */
+    static InetSocketAddress readSockaddr(long addr) {
+        MemorySegment m = RdmaCore.MEM;
+        int family = m.get(java.lang.foreign.ValueLayout.JAVA_SHORT_UNALIGNED, addr) & 0xFFFF;
+        int port = ((m.get(JAVA_BYTE, addr + 2) & 0xFF) << 8) | (m.get(JAVA_BYTE, addr + 3) & 0xFF);
+        byte[] ip;
+        if (family == 2) {
+            ip = new byte[4];
+            MemorySegment.copy(m, JAVA_BYTE, addr + 4, ip, 0, 4);
+        } else if (family == 10) {
+            ip = new byte[16];
+            MemorySegment.copy(m, JAVA_BYTE, addr + 8, ip, 0, 16);
+        } else {
+            return null;
+        }
+        try {
+            return new InetSocketAddress(InetAddress.getByAddress(ip), port);
+        } catch (UnknownHostException e) {
+            return null;
+        }
+    }
+
+    @Override
+    public String name() {
+        return name;
+    }
+
+    @Override
+    public String api() {
+        return "java.lang.foreign";
+    }
+
+    @Override
+    public InetAddress address() {
+        return address;
+    }
+
+    @Override
+    public int port() {
+        return port;
+    }
+
+    MemorySegment pd() {
+        return pd;
+    }
+
+    int responderResources() {
+        return responderResources;
+    }
+
+    int initiatorDepth() {
+        return initiatorDepth;
+    }
+
+    // ---- memory ----
+
+    @Override
+    public Memory register(ByteBuffer memory, int access) throws IOException {
+        if (closed) {
+            throw new TransportException("verbs: the device is closed");
+        }
+        MemorySegment buf = MemorySegment.ofBuffer(memory);
+        MemorySegment mr;
+        try {
+            mr = (MemorySegment) core.regMr.invokeExact(state(), pd, buf, (long) memory.capacity(), access);
+        } catch (Throwable t) {
+            throw new TransportException("verbs: registering " + memory.capacity() + " bytes failed: " + t, t);
+        }
+        if (mr.equals(MemorySegment.NULL)) {
+            throw new TransportException("verbs: registering " + memory.capacity() + " bytes failed: "
+                    + core.lastError() + " (check the locked-memory limit, `ulimit -l`, and the device's max_mr_size)");
+        }
+        long m = mr.address();
+        long addr = getLong(m + RdmaCore.MR_ADDR);
+        int lkey = getInt(m + RdmaCore.MR_LKEY);
+        int rkey = getInt(m + RdmaCore.MR_RKEY);
+        return new Memory() {
+            private boolean done;
+
+            @Override
+            public long address() {
+                return addr;
+            }
+
+            @Override
+            public int lkey() {
+                return lkey;
+            }
+
+            @Override
+            public int rkey() {
+                return rkey;
+            }
+
+            @Override
+            public synchronized void deregister() throws Exception {
+                if (done) {
+                    return;
+                }
+                done = true;
+                int rc;
+                try {
+                    rc = (int) core.deregMr.invokeExact(mr);
+                } catch (Throwable t) {
+                    throw new IOException("ibv_dereg_mr: " + t, t);
+                }
+                if (rc != 0) {
+                    throw new IOException("ibv_dereg_mr failed: " + core.describe(rc));
+                }
+            }
+        };
+    }
+
+    // ---- connections ----
+
+    @Override
+    public QueuePair connect(InetSocketAddress target, long timeoutMs) throws IOException {
+        if (closed) {
+            throw new TransportException("verbs: the device is closed");
+        }
+        FfmQueuePair qp = new FfmQueuePair(this, false);
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment idOut = a.allocate(ADDRESS);
+            int rc;
+            try {
+                rc = (int) core.createId.invokeExact(state(), eventChannel, idOut, MemorySegment.NULL,
+                        RdmaCore.RDMA_PS_TCP);
+            } catch (Throwable t) {
+                throw new IOException("rdma_create_id: " + t, t);
+            }
+            if (rc != 0) {
+                throw new IOException("rdma_cm connect to " + target + " failed: rdma_create_id: " + core.lastError());
+            }
+            long id = idOut.get(ADDRESS, 0).address();
+            qp.start(id);
+            byId.put(id, qp);
+            qp.resolve(sockaddr(a, new InetSocketAddress(address, 0)), sockaddr(a, target),
+                    (int) Math.min(Integer.MAX_VALUE, timeoutMs));
+        } catch (IOException | RuntimeException e) {
+            qp.closeQuietly();
+            throw e instanceof IOException io && io.getMessage() != null && io.getMessage().startsWith("rdma_cm")
+                    ? io : new IOException("rdma_cm connect to " + target + " failed: " + e.getMessage(), e);
+        }
+        qp.awaitConnected(target, timeoutMs);
+        return qp;
+    }
+
+    /** A client queue pair now has a qp_num: its completions reach it from now on. */
+    void completionsFor(int qpNum, FfmQueuePair qp) {
+        byQpNum.put(qpNum, qp);
+    }
+
+    /** Forgets a destroyed queue pair. */
+    void forget(FfmQueuePair qp, long id, int qpNum) {
+        if (id != 0) {
+            byId.remove(id, qp);
+        }
+        if (qpNum >= 0 && !qp.serverSide()) {
+            byQpNum.remove(qpNum, qp);
+        }
+        accepted.remove(qp);
+    }
+
+    /** An accepted queue pair went away: closed off the connection-manager thread. */
+    void acceptedGone(FfmQueuePair qp) {
+        if (accepted.remove(qp) || !closed) {
+            node.execute(qp::closeQuietly);
+        }
+    }
+
+    void acceptedEstablished(FfmQueuePair qp) {
+        accepted.add(qp);
+        node.acceptedQueuePair();
+    }
+
+    private void cmLoop() {
+        MemorySegment evOut = arena.allocate(ADDRESS);
+        MemorySegment pfd = arena.allocate(8, 8);
+        while (!closed) {
+            pfd.set(JAVA_INT, 0, eventFd);
+            pfd.set(JAVA_SHORT, 4, RdmaCore.POLLIN);
+            pfd.set(JAVA_SHORT, 6, (short) 0);
+            try {
+                int r = (int) core.poll.invokeExact(state(), pfd, 1L, eventTimeoutMs);
+                if (r < 0) {
+                    if (RdmaCore.lastErrno() != RdmaCore.EINTR) {
+                        LOG.warn("verbs: poll on the rdma_cm event channel failed: {}", core.lastError());
+                        Thread.sleep(eventTimeoutMs);
+                    }
+                    continue;
+                }
+                if (r == 0) {
+                    continue;
+                }
+                for (;;) {
+                    if ((int) core.getCmEvent.invokeExact(state(), eventChannel, evOut) != 0) {
+                        int errno = RdmaCore.lastErrno();
+                        if (errno != RdmaCore.EAGAIN && errno != RdmaCore.EINTR && !closed) {
+                            LOG.warn("verbs: rdma_get_cm_event failed: {}", core.describe(errno));
+                        }
+                        break;
+                    }
+                    long ev = evOut.get(ADDRESS, 0).address();
+                    long id = getLong(ev + RdmaCore.EV_ID);
+                    int type = getInt(ev + RdmaCore.EV_EVENT);
+                    int status = getInt(ev + RdmaCore.EV_STATUS);
+                    // Acknowledged before it is handled: rdma_destroy_id waits for its id's events to be.
+                    int ignored = (int) core.ackCmEvent.invokeExact(RdmaCore.at(ev));
+                    onCmEvent(id, type, status);
+                }
+            } catch (InterruptedException e) {
+                if (closed) {
+                    break;
+                }
+            } catch (Throwable t) {
+                if (closed) {
+                    break;
+                }
+                LOG.warn("verbs: handling an rdma_cm event failed", t);
+            }
+        }
+    }
+
+    private void onCmEvent(long id, int type, int status) {
+        if (type == RdmaCore.EV_CONNECT_REQUEST) {
+            onConnectRequest(id);
+            return;
+        }
+        FfmQueuePair qp = byId.get(id);
+        if (qp != null) {
+            qp.onCmEvent(type, status);
+        }
+    }
+
+    /**
+     * A peer asks to connect: admitted ({@link VerbsNode#mayAccept}) queue pairs are created and
+     * accepted; others are rejected before any queue pair exists.
+     */
+    private void onConnectRequest(long id) {
+        InetSocketAddress from = readSockaddr(id + RdmaCore.ID_DST_ADDR);
+        synchronized (listenerLock) {
+            if (!accepting || from == null || !node.mayAccept(from.getAddress())) {
+                call(() -> {
+                    int r = (int) core.reject.invokeExact(RdmaCore.at(id), MemorySegment.NULL, (byte) 0);
+                    r = (int) core.destroyId.invokeExact(RdmaCore.at(id));
+                });
+                return;
+            }
+        }
+        FfmQueuePair qp = new FfmQueuePair(this, true);
+        qp.start(id);
+        byId.put(id, qp);
+        try {
+            qp.accept();
+        } catch (IOException e) {
+            node.noteAbortedAccept(e.getMessage());
+            qp.closeQuietly();
+            return;
+        }
+        long timeoutMs = node.connectTimeoutMs();
+        node.schedule(() -> qp.abortAccept("no connection within " + timeoutMs + " ms"), timeoutMs);
+    }
+
+    private void cqLoop() {
+        MemorySegment wcs = arena.allocate(RdmaCore.WC_SIZE * WC_BATCH, 8);
+        MemorySegment pfd = arena.allocate(8, 8);
+        MemorySegment cqOut = arena.allocate(ADDRESS);
+        MemorySegment ctxOut = arena.allocate(ADDRESS);
+        int unacked = 0;
+        try {
+            while (!closed) {
+                int n = (int) core.pollCq.invokeExact(pollCqFn, cq, WC_BATCH, wcs);
+                if (n < 0) {
+                    LOG.error("verbs: ibv_poll_cq failed ({}); completions stop, so channels time out", n);
+                    return;
+                }
+                if (n > 0) {
+                    dispatch(wcs, n);
+                    if (n == WC_BATCH) {
+                        continue;
+                    }
+                }
+                int rc = (int) core.reqNotifyCq.invokeExact(reqNotifyFn, cq, 0);
+                if (rc != 0) {
+                    LOG.error("verbs: ibv_req_notify_cq failed: {}; completions stop, so channels time out",
+                            core.describe(rc));
+                    return;
+                }
+                n = (int) core.pollCq.invokeExact(pollCqFn, cq, WC_BATCH, wcs); // those that came before arming
+                if (n > 0) {
+                    dispatch(wcs, n);
+                    continue;
+                }
+                pfd.set(JAVA_INT, 0, compFd);
+                pfd.set(JAVA_SHORT, 4, RdmaCore.POLLIN);
+                pfd.set(JAVA_SHORT, 6, (short) 0);
+                int r = (int) core.poll.invokeExact(state(), pfd, 1L, eventTimeoutMs);
+                if (r > 0 && (int) core.getCqEvent.invokeExact(state(), compChannel, cqOut, ctxOut) == 0) {
+                    if (++unacked >= ACK_BATCH) {
+                        core.ackCqEvents.invokeExact(cq, unacked);
+                        unacked = 0;
+                    }
+                }
+            }
+        } catch (Throwable t) {
+            LOG.error("verbs: the completion thread failed; completions stop, so channels time out", t);
+        } finally {
+            if (unacked > 0) {
+                int u = unacked;
+                call(() -> core.ackCqEvents.invokeExact(cq, u));
+            }
+        }
+    }
+
+    private void dispatch(MemorySegment wcs, int n) {
+        for (int i = 0; i < n; i++) {
+            long base = i * RdmaCore.WC_SIZE;
+            long wrId = wcs.get(JAVA_LONG, base + RdmaCore.WC_WR_ID);
+            int status = wcs.get(JAVA_INT, base + RdmaCore.WC_STATUS);
+            int qpNum = wcs.get(JAVA_INT, base + RdmaCore.WC_QP_NUM);
+            FfmQueuePair qp = byQpNum.get(qpNum);
+            VerbsChannel c = qp == null ? null : qp.channel();
+            if (c != null) {
+                try {
+                    c.onCompletion(qp, wrId, status);
+                } catch (RuntimeException e) {
+                    LOG.error("verbs: handling a completion failed", e);
+                }
+            }
+        }
+    }
+
+    @Override
+    public void closeListener() {
+        destroyListener();
+        for (FfmQueuePair qp : accepted.toArray(new FfmQueuePair[0])) {
+            qp.closeQuietly();
+        }
+        accepted.clear();
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closeListener();
+        closed = true;
+        join(cmThread);
+        join(cqThread);
+        for (FfmQueuePair qp : byId.values().toArray(new FfmQueuePair[0])) {
+            qp.closeQuietly();
+        }
+        releaseAll();
+    }
+
+    private void join(Thread t) {
+        try {
+            t.join(Math.max(5_000, 4L * eventTimeoutMs));
+            if (t.isAlive()) {
+                LOG.warn("{} did not stop", t.getName());
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /** int qp_num to queue pair, copy on write: the completion thread reads it with no lock and no boxing. */
+    static final class QpTable {
+        private record Snapshot(int[] keys, FfmQueuePair[] values) {
+        }
+
+        private volatile Snapshot snapshot = new Snapshot(new int[0], new FfmQueuePair[0]);
+
+        FfmQueuePair get(int key) {
+            Snapshot s = snapshot;
+            int i = Arrays.binarySearch(s.keys, key);
+            return i >= 0 ? s.values[i] : null;
+        }
+
+        synchronized void put(int key, FfmQueuePair v) {
+            Snapshot s = snapshot;
+            int i = Arrays.binarySearch(s.keys, key);
+            if (i >= 0) {
+                FfmQueuePair[] vs = s.values.clone();
+                vs[i] = v;
+                snapshot = new Snapshot(s.keys, vs);
+                return;
+            }
+            int at = -i - 1;
+            int n = s.keys.length;
+            int[] ks = new int[n + 1];
+            FfmQueuePair[] vs = new FfmQueuePair[n + 1];
+            System.arraycopy(s.keys, 0, ks, 0, at);
+            System.arraycopy(s.values, 0, vs, 0, at);
+            ks[at] = key;
+            vs[at] = v;
+            System.arraycopy(s.keys, at, ks, at + 1, n - at);
+            System.arraycopy(s.values, at, vs, at + 1, n - at);
+            snapshot = new Snapshot(ks, vs);
+        }
+
+        synchronized void remove(int key, FfmQueuePair v) {
+            Snapshot s = snapshot;
+            int i = Arrays.binarySearch(s.keys, key);
+            if (i < 0 || s.values[i] != v) {
+                return;
+            }
+            int n = s.keys.length;
+            int[] ks = new int[n - 1];
+            FfmQueuePair[] vs = new FfmQueuePair[n - 1];
+            System.arraycopy(s.keys, 0, ks, 0, i);
+            System.arraycopy(s.values, 0, vs, 0, i);
+            System.arraycopy(s.keys, i + 1, ks, i, n - i - 1);
+            System.arraycopy(s.values, i + 1, vs, i, n - i - 1);
+            snapshot = new Snapshot(ks, vs);
+        }
+    }
+}

@@ -1,0 +1,311 @@
+package org.rdmashuffle.transport.verbs;
+
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+import static org.rdmashuffle.transport.verbs.RdmaCore.getInt;
+import static org.rdmashuffle.transport.verbs.RdmaCore.getLong;
+import static org.rdmashuffle.transport.verbs.RdmaCore.state;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.net.InetSocketAddress;
+import java.util.Locale;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * One RC queue pair and its rdma_cm id through {@code java.lang.foreign}. A client queue pair posts
+ * through its {@link ReadWorkRequests}, allocated once when its queue pair is created: nothing is
+ * allocated per READ.
+ *
+ * <p>Its rdma_cm events arrive on the device's connection-manager thread; every native call on its id
+ * holds this object's monitor, and once closed none is made.
+ */
+final class FfmQueuePair implements QueuePair {
+    private final FfmDevice device;
+    private final RdmaCore core;
+    private final boolean serverSide;
+    private final CompletableFuture<Void> connected = new CompletableFuture<>();
+    private volatile VerbsChannel channel;
+    // Guarded by this.
+    private long id;
+    private int qpNum = -1;
+    private boolean hasQp;
+    private boolean established;
+    private boolean closed;
+    private boolean acceptAborted;
+    private int resolveTimeoutMs;
+    // The work request list: guarded by postLock.
+    private final Object postLock = new Object();
+    private ReadWorkRequests requests;
+
+    FfmQueuePair(FfmDevice device, boolean serverSide) {
+        this.device = device;
+        this.core = device.core;
+        this.serverSide = serverSide;
+    }
+
+    boolean serverSide() {
+        return serverSide;
+    }
+
+    synchronized void start(long cmId) {
+        this.id = cmId;
+    }
+
+    @Override
+    public VerbsChannel channel() {
+        return channel;
+    }
+
+    @Override
+    public void channel(VerbsChannel c) {
+        channel = c;
+    }
+
+    // ---- connect (client) ----
+
+    synchronized void resolve(MemorySegment src, MemorySegment dst, int timeoutMs) throws IOException {
+        if (closed) {
+            throw new IOException("rdma_cm connect failed: closed");
+        }
+        resolveTimeoutMs = Math.max(1, timeoutMs);
+        int rc;
+        try {
+            rc = (int) core.resolveAddr.invokeExact(state(), RdmaCore.at(id), src, dst, resolveTimeoutMs);
+        } catch (Throwable t) {
+            throw new IOException("rdma_resolve_addr: " + t, t);
+        }
+        if (rc != 0) {
+            throw new IOException("rdma_resolve_addr: " + core.lastError());
+        }
+    }
+
+    void awaitConnected(InetSocketAddress target, long timeoutMs) throws IOException {
+        try {
+            connected.get(timeoutMs, TimeUnit.MILLISECONDS);
+        } catch (TimeoutException e) {
+            closeQuietly();
+            throw new IOException("rdma_cm connect to " + target + " failed: no connection within " + timeoutMs
+                    + " ms (spark.shuffle.rdma.connectTimeout)");
+        } catch (ExecutionException e) {
+            closeQuietly();
+            throw new IOException("rdma_cm connect to " + target + " failed: " + e.getCause().getMessage());
+        } catch (InterruptedException e) {
+            closeQuietly();
+            Thread.currentThread().interrupt();
+            throw new IOException("rdma_cm connect to " + target + " failed: interrupted");
+        }
+    }
+
+    /** Creates this id's queue pair on the device's protection domain and completion queue. this held. */
+    private void createQp(int maxSendWr) throws IOException {
+        long verbs = getLong(id + RdmaCore.ID_VERBS);
+        if (verbs != device.context) {
+            throw new IOException("the route leaves from another RDMA device than this node's listener");
+        }
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment attr = a.allocate(RdmaCore.QPIA_SIZE, 8);
+            attr.set(java.lang.foreign.ValueLayout.ADDRESS, RdmaCore.QPIA_SEND_CQ, device.cq);
+            attr.set(java.lang.foreign.ValueLayout.ADDRESS, RdmaCore.QPIA_RECV_CQ, device.cq);
+            attr.set(JAVA_INT, RdmaCore.QPIA_CAP_MAX_SEND_WR, maxSendWr);
+            attr.set(JAVA_INT, RdmaCore.QPIA_CAP_MAX_RECV_WR, 1);
+            attr.set(JAVA_INT, RdmaCore.QPIA_CAP_MAX_SEND_SGE, 1);
+            attr.set(JAVA_INT, RdmaCore.QPIA_CAP_MAX_RECV_SGE, 1);
+            attr.set(JAVA_INT, RdmaCore.QPIA_QP_TYPE, RdmaCore.IBV_QPT_RC);
+            attr.set(JAVA_INT, RdmaCore.QPIA_SQ_SIG_ALL, 0);
+            int rc;
+            try {
+                rc = (int) core.createQp.invokeExact(state(), RdmaCore.at(id), devicePd(), attr);
+            } catch (Throwable t) {
+                throw new IOException("rdma_create_qp: " + t, t);
+            }
+            if (rc != 0) {
+                throw new IOException("rdma_create_qp: " + core.lastError());
+            }
+        }
+        hasQp = true;
+        long qp = getLong(id + RdmaCore.ID_QP);
+        qpNum = getInt(qp + RdmaCore.QP_QP_NUM);
+        if (!serverSide) {
+            synchronized (postLock) {
+                requests = new ReadWorkRequests(core, RdmaCore.at(qp), device.postSendFn, maxSendWr);
+            }
+            device.completionsFor(qpNum, this);
+        }
+    }
+
+    private MemorySegment devicePd() {
+        return device.pd();
+    }
+
+    /** On the connection-manager thread. */
+    void onCmEvent(int type, int status) {
+        boolean disconnected = false;
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            if (serverSide) {
+                if (type == RdmaCore.EV_ESTABLISHED) {
+                    if (!acceptAborted) {
+                        established = true;
+                        device.acceptedEstablished(this);
+                    }
+                } else if (type == RdmaCore.EV_DISCONNECTED || type == RdmaCore.EV_DEVICE_REMOVAL
+                        || type == RdmaCore.EV_CONNECT_ERROR || type == RdmaCore.EV_UNREACHABLE
+                        || type == RdmaCore.EV_REJECTED) {
+                    acceptAborted = !established;
+                    device.acceptedGone(this);
+                }
+                return;
+            }
+            try {
+                switch (type) {
+                    case RdmaCore.EV_ADDR_RESOLVED: {
+                        int rc = (int) core.resolveRoute.invokeExact(state(), RdmaCore.at(id), resolveTimeoutMs);
+                        if (rc != 0) {
+                            connectFailed("rdma_resolve_route: " + core.lastError());
+                        }
+                        break;
+                    }
+                    case RdmaCore.EV_ROUTE_RESOLVED: {
+                        createQp(device.credits);
+                        int rc = (int) core.connect.invokeExact(state(), RdmaCore.at(id), device.connParam);
+                        if (rc != 0) {
+                            connectFailed("rdma_connect: " + core.lastError());
+                        }
+                        break;
+                    }
+                    case RdmaCore.EV_ESTABLISHED:
+                        established = true;
+                        connected.complete(null);
+                        break;
+                    case RdmaCore.EV_DISCONNECTED:
+                    case RdmaCore.EV_DEVICE_REMOVAL:
+                        if (established) {
+                            disconnected = true;
+                        } else {
+                            connectFailed("disconnected");
+                        }
+                        break;
+                    case RdmaCore.EV_ADDR_ERROR:
+                    case RdmaCore.EV_ROUTE_ERROR:
+                    case RdmaCore.EV_CONNECT_ERROR:
+                    case RdmaCore.EV_UNREACHABLE:
+                    case RdmaCore.EV_REJECTED:
+                        connectFailed(eventName(type) + (status != 0 ? " (status " + status + ")" : ""));
+                        break;
+                    default:
+                        break;
+                }
+            } catch (IOException e) {
+                connectFailed(e.getMessage());
+            } catch (Throwable t) {
+                connectFailed(t.toString());
+            }
+        }
+        if (disconnected) {
+            device.node.queuePairDisconnected(this);
+        }
+    }
+
+    private String eventName(int type) {
+        String n = core.eventName(type);
+        if (n.startsWith("RDMA_CM_EVENT_")) {
+            n = n.substring("RDMA_CM_EVENT_".length());
+        }
+        return n.toLowerCase(Locale.ROOT).replace('_', ' ');
+    }
+
+    private void connectFailed(String why) {
+        connected.completeExceptionally(new IOException(why));
+    }
+
+    // ---- accept (server) ----
+
+    /** Creates the queue pair of an admitted connect request and accepts it. On the cm thread. */
+    synchronized void accept() throws IOException {
+        if (closed) {
+            throw new IOException("closed");
+        }
+        createQp(1); // it posts nothing: peers READ through it
+        int rc;
+        try {
+            rc = (int) core.accept.invokeExact(state(), RdmaCore.at(id), device.connParam);
+        } catch (Throwable t) {
+            throw new IOException("rdma_accept: " + t, t);
+        }
+        if (rc != 0) {
+            throw new IOException("rdma_accept: " + core.lastError());
+        }
+    }
+
+    /** Ends an accept whose connection did not come within the connect timeout. */
+    void abortAccept(String why) {
+        synchronized (this) {
+            if (closed || established) {
+                return;
+            }
+            acceptAborted = true;
+        }
+        device.node.noteAbortedAccept(why);
+        closeQuietly();
+    }
+
+    // ---- data path ----
+
+    @Override
+    public void post(ReadChain chain, int k) throws IOException {
+        synchronized (postLock) {
+            if (requests == null) {
+                throw new IOException("queue pair closed");
+            }
+            requests.post(chain, k);
+        }
+    }
+
+    @Override
+    public void closeQuietly() {
+        long cmId;
+        int num;
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+            cmId = id;
+            num = qpNum;
+            connected.completeExceptionally(new IOException("closed"));
+            synchronized (postLock) {
+                if (requests != null) {
+                    requests.close();
+                    requests = null;
+                }
+            }
+            device.forget(this, cmId, num);
+            if (cmId != 0) {
+                long idc = cmId;
+                boolean disconnect = established;
+                boolean destroyQp = hasQp;
+                FfmDevice.call(() -> {
+                    if (disconnect) {
+                        int r = (int) core.disconnect.invokeExact(RdmaCore.at(idc));
+                    }
+                    if (destroyQp) {
+                        core.destroyQp.invokeExact(RdmaCore.at(idc));
+                    }
+                    int r = (int) core.destroyId.invokeExact(RdmaCore.at(idc));
+                });
+            }
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "FfmQueuePair[qp " + qpNum + (serverSide ? ", accepted" : "") + "]";
+    }
+}
