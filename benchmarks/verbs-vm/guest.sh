@@ -3,7 +3,7 @@
 # pair, then the checks of benchmarks/verbs-vm/run.sh. Every line starting with RESULT also goes to
 # $rs_out/summary.txt. Exit code 0 only when every check passed.
 set -u
-source "$rs_out/env.sh"   # ROOT LIBDISNI JAVA CP CONSOLE SPARK_ARGS PARTS READ_ITERS BENCH_ROUNDS BENCH_TARGET FETCH_JAR FETCH_ARGS
+source "$rs_out/env.sh"   # ROOT API LIBDISNI JAVA CP CONSOLE SPARK_ARGS PARTS READ_ITERS BENCH_ROUNDS BENCH_TARGET FETCH_JAR FETCH_ARGS
 SIW_IP=10.77.0.1
 RXE_IP=10.78.0.1
 t0=$(date +%s)
@@ -100,8 +100,19 @@ setup_kprobes
 say "kernel view of queue pair parameters (kprobes): $kprobes"
 
 # A crashed JVM's full report (signal, faulting address, registers, threads) is kept in the out directory.
+# API (run.sh's VERBS_VM_API): ffm, libibverbs and librdmacm through java.lang.foreign with no libdisni
+# on any path (LIBDISNI, when set, serves only the bench part's DiSNI comparison); or disni.
+API_OPTS=("-Dspark.shuffle.rdma.verbs.api=$API" "-Drdma.test.verbs.api=$API")
+[ "$API" = ffm ] && API_OPTS+=(--enable-native-access=ALL-UNNAMED)
+LIBPATH=""
+[ "$API" = disni ] && LIBPATH=$LIBDISNI
+export JAVA_HOME=$(dirname "$(dirname "$JAVA")") PATH="$(dirname "$JAVA"):$PATH"   # run-main-job.sh's and Spark's java
+say "JVMs: $("$JAVA" -version 2>&1 | head -1); verbs through $API; java.library.path '${LIBPATH}'"
 JOPTS=(--add-exports java.base/sun.nio.ch=ALL-UNNAMED --add-opens java.base/sun.nio.ch=ALL-UNNAMED
-       "-Djava.library.path=$LIBDISNI" -XX:+UseSerialGC -Xmx1g "-XX:ErrorFile=$rs_out/hs_err_pid%p.log")
+       "-Djava.library.path=$LIBPATH" "${API_OPTS[@]}" -XX:+UseSerialGC -Xmx1g "-XX:ErrorFile=$rs_out/hs_err_pid%p.log")
+# The provider's own line names the API it runs through; a run through another fails its part.
+api_used() { local want=java.lang.foreign; [ "$API" = disni ] && want=DiSNI
+  grep -q "through $want" "$1" || { fail "$2: the verbs provider did not run through $want ($(grep -m1 -o 'through [^ ]*' "$1"))"; return 1; }; }
 
 # Bytes on the wire, the yardstick both tools share: siw's TCP connection to a local address runs over
 # lo (dummy0 is only siw's anchor), so the rx_bytes of lo and dummy0 are sampled every 0.5 s while a tool
@@ -197,7 +208,7 @@ if wants bench; then
   # is reported, not enforced (emulation swings between boots).
   for size in 65536 1048576; do
     iters=$(( READ_ITERS * 65536 / size )); [ $iters -lt 200 ] && iters=200
-    : > /tmp/bench-ib.txt; : > /tmp/bench-vb.txt; : > /tmp/bench-vn.txt; : > /tmp/bench-ibw.txt; : > /tmp/bench-vbw.txt
+    : > /tmp/bench-ib.txt; : > /tmp/bench-vb.txt; : > /tmp/bench-vn.txt; : > /tmp/bench-ibw.txt; : > /tmp/bench-vbw.txt; : > /tmp/bench-vd.txt
     for round in $(seq 1 "$BENCH_ROUNDS"); do
       tools=$BENCH_TOOLS
       [ $((round % 2)) = 1 ] || tools=$(echo $BENCH_TOOLS | tr ' ' '\n' | tac | tr '\n' ' ')
@@ -210,6 +221,14 @@ if wants bench; then
             echo "$IB_BW" >> /tmp/bench-ib.txt; echo "$IB_WIRE" | sed 's/.*mibps=//' >> /tmp/bench-ibw.txt
           else
             fail "bench siw size=$size round=$round: no valid ib_read_bw measurement in $IB_ATTEMPTS attempts"
+          fi
+        elif [ $tool = verbs-disni ]; then
+          # The DiSNI provider on the same JVM, for the ratio between the two APIs (LIBDISNI set).
+          if verbs_read_run $size $iters $label "-Dspark.shuffle.rdma.verbs.api=disni -Djava.library.path=$LIBDISNI"; then
+            result "bench siw size=$size round=$round verbs-disni MiB/s=$VB_BW ($VB_CHECKED READs checked byte for byte) wire: $VB_WIRE"
+            echo "$VB_BW" >> /tmp/bench-vd.txt
+          else
+            fail "bench siw size=$size round=$round: the DiSNI provider's run failed ($(grep -m1 -E 'Exception|Error' "/tmp/verbs-read-$label.log" | cut -c1-300))"
           fi
         elif [ $tool = verbs-nocheck ]; then
           # Diagnosis only (VERBS_VM_BENCH_TOOLS): the same run without the byte check, to show its cost.
@@ -236,6 +255,10 @@ if wants bench; then
       ratio=$(echo "scale=3; $vb / $ib" | bc); wratio=$(echo "scale=3; $vbw / $ibw" | bc)
       met=$(echo "$ratio >= $BENCH_TARGET && $wratio >= $BENCH_TARGET" | bc)
       result "read-throughput siw size=$size medians of $(wc -l < /tmp/bench-ib.txt)+$(wc -l < /tmp/bench-vb.txt) runs: ib_read_bw -e $ib, verbs $vb MiB/s, ratio $ratio; wire $ibw vs $vbw MiB/s, ratio $wratio; target >= $BENCH_TARGET $([ "$met" = 1 ] && echo met || echo NOT met)"
+      if [ -s /tmp/bench-vd.txt ]; then
+        vd=$(median < /tmp/bench-vd.txt)
+        result "read-throughput siw size=$size $API vs DiSNI on the same JVM: $vb vs $vd MiB/s, ratio $(echo "scale=3; $vb / $vd" | bc) (medians of $(wc -l < /tmp/bench-vb.txt)+$(wc -l < /tmp/bench-vd.txt) runs)"
+      fi
       [ -s /tmp/bench-vn.txt ] && result "read-throughput siw size=$size diagnosis: verbs without the byte check, median $(median < /tmp/bench-vn.txt) MiB/s ($(wc -l < /tmp/bench-vn.txt) runs)"
     else
       fail "read-throughput siw size=$size: no medians (ib_read_bw: $ib, verbs: $vb)"
@@ -266,6 +289,7 @@ contract() {  # $1=label $2=ip
     fail "contract $1 rc=$rc successful=${ok:-0} skipped/aborted=${skipped:-0}"
   fi
   cp "/tmp/contract-$1.log" "$rs_out/" 2>/dev/null
+  api_used "/tmp/contract-$1.log" "contract $1"
   qp_params "$1" "$1" 7 7 "/tmp/contract-$1.log"   # the defaults of verbs.retryCount and verbs.rnrRetryCount
 }
 wants siw && contract siw $SIW_IP
@@ -278,6 +302,7 @@ if wants rxe; then
   timeout 600 "$JAVA" "${JOPTS[@]}" -XX:TieredStopAtLevel=1 -Dspark.shuffle.rdma.verbs.retryCount=2 \
     -Dspark.shuffle.rdma.verbs.rnrRetryCount=5 -cp "$CP" org.rdmashuffle.transport.verbs.VerbsReadThroughput \
     $RXE_IP 65536 256 16 > /tmp/qp-control.log 2>&1
+  api_used /tmp/qp-control.log "qp-params rxe-control"
   trace_stop rxe-control
   grep '^RESULT' /tmp/qp-control.log | sed 's/^/  /'
   qp_params rxe-control rxe 2 5 /tmp/qp-control.log
@@ -285,7 +310,7 @@ fi
 
 if wants spark; then
   say "Spark job with provider=verbs over siw, checked against Spark's sort shuffle"
-  export SPARK_LOCAL_IP=$SIW_IP RDMA_SKIP_BUILD=1 RDMA_JAVA_OPTS="-Djava.library.path=$LIBDISNI -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ErrorFile=$rs_out/hs_err_pid%p.log"
+  export SPARK_LOCAL_IP=$SIW_IP RDMA_SKIP_BUILD=1 RDMA_JAVA_OPTS="-Djava.library.path=$LIBPATH ${API_OPTS[*]} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ErrorFile=$rs_out/hs_err_pid%p.log"
   for attempt in $(seq 1 $CRASH_ATTEMPTS); do
     timeout 1200 "$ROOT/examples/run-main-job.sh" --master 'local[2]' $SPARK_ARGS \
       --conf spark.shuffle.rdma.provider=verbs --conf spark.shuffle.rdma.fallback=never \
@@ -297,6 +322,7 @@ if wants spark; then
   grep -E 'identical|differ|validated|verbs node .* closed|ratio|sort|rdma' /tmp/spark.log | tail -25
   reads=$(grep -Eo 'verbs node [^ ]+ closed: [0-9]+ READs completed' /tmp/spark.log | grep -Eo '[0-9]+ READs' \
           | grep -Eo '^[0-9]+' | paste -sd+ | bc)
+  api_used /tmp/spark.log "spark siw" || rc=1
   if [ $rc = 0 ] && [ "${reads:-0}" -gt 0 ]; then
     result "spark siw PASS (job exit 0, results identical to sort shuffle, ${reads} READs over verbs)"
   else
@@ -322,11 +348,12 @@ if wants spark; then
   for attempt in $(seq 1 $CRASH_ATTEMPTS); do
     rm -rf "$ROOT"/examples/target/spark-home/work   # the guest's overlay: executors' logs of this attempt only
     SPARK_HOME="$ROOT/examples/target/spark-home" SPARK_SCALA_VERSION=2.13 SPARK_LOCAL_IP=$SIW_IP \
-      timeout 1800 "$JAVA" -Xmx768m -XX:+UseSerialGC "-XX:ErrorFile=$rs_out/hs_err_pid%p.log" "${opens[@]}" "-Djava.library.path=$LIBDISNI" \
+      timeout 1800 "$JAVA" -Xmx768m -XX:+UseSerialGC "-XX:ErrorFile=$rs_out/hs_err_pid%p.log" "${opens[@]}" "-Djava.library.path=$LIBPATH" "${API_OPTS[@]}" \
       -Dspark.driver.host=$SIW_IP -Dspark.driver.bindAddress=$SIW_IP -cp "$FETCH_JAR:$rj:$ROOT/examples/target/spark-home/jars/*" \
       org.rdmashuffle.vmbench.GuestFetchJob $FETCH_ARGS --jars "$FETCH_JAR,$rj" \
-      --conf "spark.executor.extraLibraryPath=$LIBDISNI" --conf "spark.executor.extraJavaOptions=-XX:+UseSerialGC" \
-      --rdma-conf spark.shuffle.rdma.provider=verbs --rdma-conf spark.shuffle.rdma.fallback=never > /tmp/fetch.log 2>&1
+      --conf "spark.executor.extraLibraryPath=$LIBPATH" --conf "spark.executor.extraJavaOptions=-XX:+UseSerialGC ${API_OPTS[*]}" \
+      --rdma-conf spark.shuffle.rdma.provider=verbs --rdma-conf spark.shuffle.rdma.fallback=never \
+      --rdma-conf spark.shuffle.rdma.verbs.api=$API > /tmp/fetch.log 2>&1
     rc=$?
     if crashed /tmp/fetch.log || ls "$ROOT"/examples/target/spark-home/work/*/*/hs_err* >/dev/null 2>&1; then
       result "NOTE fetch attempt $attempt: a JVM crashed under emulation; running it again"
@@ -351,7 +378,7 @@ if wants limits; then
   # map outputs and receive buffers cannot be registered. They must go to Spark's own path (WARN lines),
   # and the job's results must still equal the sort shuffle's.
   say "Spark job with provider=verbs over siw under ulimit -l $LIMIT_KB KiB, checked against Spark's sort shuffle"
-  export SPARK_LOCAL_IP=$SIW_IP RDMA_SKIP_BUILD=1 RDMA_JAVA_OPTS="-Djava.library.path=$LIBDISNI -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ErrorFile=$rs_out/hs_err_pid%p.log"
+  export SPARK_LOCAL_IP=$SIW_IP RDMA_SKIP_BUILD=1 RDMA_JAVA_OPTS="-Djava.library.path=$LIBPATH ${API_OPTS[*]} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ErrorFile=$rs_out/hs_err_pid%p.log"
   for attempt in $(seq 1 $CRASH_ATTEMPTS); do
     ( ulimit -l $LIMIT_KB && timeout 1200 "$ROOT/examples/run-main-job.sh" --master 'local[2]' $SPARK_ARGS \
       --conf spark.shuffle.rdma.provider=verbs --conf spark.shuffle.rdma.fallback=auto \

@@ -9,15 +9,20 @@
 # limit, ulimit -l VERBS_VM_LIMIT_KB, 1024 (limits). Around the contract runs kprobes show the
 # connection parameters the kernel applied to the provider's queue pairs (qp-params lines).
 #
-#   LIBDISNI_DIR=/dir/with/libdisni.so benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark limits"]
+#   benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark limits"]
 #
-# libdisni is in no package registry: build it from DiSNI's source (docs/verbs.md says how) outside
-# this repository. Needs root (apt-get, QEMU). Everything it downloads or builds is cached under
+# The provider reaches rdma-core through java.lang.foreign (VERBS_VM_API=ffm, the default): every JVM
+# in the guest is a JDK 22+ (VERBS_VM_JAVA, default the newest under /usr/lib/jvm) with nothing but the
+# rdma-core libraries, and no libdisni anywhere. With LIBDISNI_DIR=/dir/with/libdisni.so the bench part
+# also measures the DiSNI provider on the same JVM, for the ratio between the two. VERBS_VM_API=disni
+# runs every part through DiSNI instead (LIBDISNI_DIR required). libdisni is in no package registry:
+# build it from DiSNI's source (docs/verbs.md says how) outside this repository. Needs root (apt-get, QEMU). Everything it downloads or builds is cached under
 # target/verbs-vm (VERBS_VM_WORK), so a second run only builds the project and boots. Settings:
 # VERBS_VM_KERNEL (Debian kernel ABI, default: the one matching linux-source-6.1), VERBS_VM_MEM (6G),
 # VERBS_VM_TIMEOUT (seconds, 3600), VERBS_VM_SPARK_ARGS, VERBS_VM_READ_ITERS (64 KiB READs per size and
 # run, 20000), VERBS_VM_BENCH_ROUNDS (alternating rounds per size, 3), VERBS_VM_BENCH_TARGET (the
-# provider/ib_read_bw ratio reported as met or not, 0.9), VERBS_VM_BENCH_TOOLS ("ib verbs"; add
+# provider/ib_read_bw ratio reported as met or not, 0.9), VERBS_VM_BENCH_TOOLS ("ib verbs", and verbs-disni
+# with ffm and LIBDISNI_DIR; add
 # verbs-nocheck for a diagnosis run without the byte check), VERBS_VM_FETCH_ARGS (GuestFetchJob's
 # options, "--mb 128 --warmups 1 --rounds 3 --order sort,rdma"), VERBS_VM_LIMIT_KB.
 # Measuring parts (bench, spark) load the machine: on a shared machine run under flock /tmp/bench.lock.
@@ -28,12 +33,30 @@ parts="bench siw rxe spark limits"
 while [ $# -gt 0 ]; do
   case $1 in
     --parts) parts=$2; shift 2 ;;
-    *) echo "usage: LIBDISNI_DIR=<dir> $0 [--parts \"bench siw rxe spark limits\"]" >&2; exit 2 ;;
+    *) echo "usage: [VERBS_VM_API=ffm|disni] [LIBDISNI_DIR=<dir>] $0 [--parts \"bench siw rxe spark limits\"]" >&2; exit 2 ;;
   esac
 done
-if [ -z "${LIBDISNI_DIR:-}" ] || [ ! -f "$LIBDISNI_DIR/libdisni.so" ]; then
-  echo "LIBDISNI_DIR must name the folder holding libdisni.so (got '${LIBDISNI_DIR:-}')." >&2
-  echo "libdisni is not in any package registry; build it from DiSNI's source as docs/verbs.md describes." >&2
+api=${VERBS_VM_API:-ffm}
+case $api in ffm|disni) ;; *) echo "VERBS_VM_API must be ffm or disni (got '$api')" >&2; exit 2 ;; esac
+if [ -n "${LIBDISNI_DIR:-}" ] && [ ! -f "$LIBDISNI_DIR/libdisni.so" ]; then
+  echo "LIBDISNI_DIR must name the folder holding libdisni.so (got '$LIBDISNI_DIR')." >&2
+  exit 2
+fi
+if [ $api = disni ] && [ -z "${LIBDISNI_DIR:-}" ]; then
+  echo "VERBS_VM_API=disni needs LIBDISNI_DIR, the folder holding libdisni.so. libdisni is not in any package" >&2
+  echo "registry; build it from DiSNI's source as docs/verbs.md describes (or run the default, VERBS_VM_API=ffm)." >&2
+  exit 2
+fi
+# The JDK the guest runs (ffm: 22+, which also compiles the provider's Java 22 classes).
+ffm_jdk=${VERBS_VM_JAVA:-}
+if [ -z "$ffm_jdk" ]; then
+  for j in /usr/lib/jvm/*/; do
+    v=$("$j/bin/java" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')
+    [ -n "$v" ] && [ "$v" -ge 22 ] 2>/dev/null && ffm_jdk=${j%/}
+  done
+fi
+if [ $api = ffm ] && { [ -z "$ffm_jdk" ] || [ ! -x "$ffm_jdk/bin/javac" ]; }; then
+  echo "VERBS_VM_API=ffm needs a JDK 22+ (none under /usr/lib/jvm; set VERBS_VM_JAVA=<its home>)" >&2
   exit 2
 fi
 work=${VERBS_VM_WORK:-$root/target/verbs-vm}
@@ -125,8 +148,10 @@ fi
 
 # 4. The project, and what the guest runs it with.
 log "building the project (mvn package, tests skipped)"
-(cd "$root" && mvn -B -ntp -q -DskipTests -pl examples,rdma-transport,shuffle-manager -am package dependency:build-classpath \
-   -Dmdep.includeScope=test -Dmdep.outputFile=target/test.classpath)
+ffm_build=()
+[ -n "$ffm_jdk" ] && ffm_build=("-Dffm.jdk=$ffm_jdk")
+(cd "$root" && mvn -B -ntp -q -DskipTests "${ffm_build[@]}" -pl examples,rdma-transport,shuffle-manager -am package \
+   dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=target/test.classpath)
 # The fetch-bound Spark job of part spark (GuestFetchJob.java), compiled against Spark and the plugin.
 fetch_jar=$work/guest-fetch-job.jar
 rm -rf "$work/fetch-classes" && mkdir -p "$work/fetch-classes"
@@ -141,18 +166,27 @@ if [ ! -f "$console" ]; then
      -Dartifact="org.junit.platform:junit-platform-console-standalone:$junit_platform" -DoutputDirectory="$work/lib")
 fi
 out=$work/out && rm -rf "$out" && mkdir -p "$out"
+bench_tools="ib verbs"
+[ $api = ffm ] && [ -n "${LIBDISNI_DIR:-}" ] && bench_tools="ib verbs verbs-disni"   # the two APIs, same JVM
 cp_all="$root/rdma-transport/target/test-classes:$root/rdma-transport/target/classes:$(cat "$root/rdma-transport/target/test.classpath")"
-java_home=$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")
+if [ $api = ffm ]; then
+  # Class directories are not multi-release: the Java 22 classes go first on the path themselves.
+  cp_all="$root/rdma-transport/target/classes/META-INF/versions/22:$cp_all"
+  java_home=$ffm_jdk
+else
+  java_home=$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")
+fi
 cat > "$out/env.sh" <<ENV
 ROOT='$root'
-LIBDISNI='$LIBDISNI_DIR'
+API='$api'
+LIBDISNI='${LIBDISNI_DIR:-}'
 JAVA='$java_home/bin/java'
 CP='$cp_all'
 CONSOLE='$console'
 PARTS='$parts'
 SPARK_ARGS='${VERBS_VM_SPARK_ARGS:---records 200000 --partitions 4 --rounds 1}'
 READ_ITERS='${VERBS_VM_READ_ITERS:-20000}'
-BENCH_TOOLS='${VERBS_VM_BENCH_TOOLS:-ib verbs}'
+BENCH_TOOLS='${VERBS_VM_BENCH_TOOLS:-$bench_tools}'
 BENCH_ROUNDS='${VERBS_VM_BENCH_ROUNDS:-3}'
 BENCH_TARGET='${VERBS_VM_BENCH_TARGET:-0.9}'
 FETCH_JAR='$fetch_jar'
@@ -163,7 +197,7 @@ ENV
 cp "$offsets" "$out/qp-offsets.env"
 
 # 5. Boot (software emulation: this kernel cannot be booted under KVM here) and run guest.sh.
-log "booting the guest (parts: $parts); console in $out/console.log"
+log "booting the guest (parts: $parts; verbs through $api on $("$java_home/bin/java" -version 2>&1 | head -1)); console in $out/console.log"
 start=$(date +%s)
 set +e
 timeout "${VERBS_VM_TIMEOUT:-3600}" qemu-system-x86_64 -accel tcg,thread=multi -cpu qemu64 -machine q35 -smp 2 \

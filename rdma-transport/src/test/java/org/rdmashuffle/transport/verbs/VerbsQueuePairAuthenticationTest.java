@@ -17,6 +17,7 @@ import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.conf.RdmaShuffleConf.VerbsApi;
 import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeOptions;
@@ -35,13 +36,17 @@ import org.rdmashuffle.transport.VerbsSupport;
  */
 class VerbsQueuePairAuthenticationTest {
     private static final String HOST = System.getProperty("rdma.test.verbs.host", "");
+    /** Which verbs API the nodes use (spark.shuffle.rdma.verbs.api): rdma.test.verbs.api, auto by default. */
+    private static final VerbsApi API = VerbsApi.valueOf(
+            System.getProperty("rdma.test.verbs.api", "auto").toUpperCase(java.util.Locale.ROOT));
     private static final RdmaShuffleConf CONF = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "verbs",
+            "spark.shuffle.rdma.verbs.api", API.name().toLowerCase(java.util.Locale.ROOT),
             "spark.shuffle.rdma.verbs.completionQueueSize", "256", "spark.shuffle.rdma.connectTimeout", "5s",
             "spark.shuffle.rdma.connectRetries", "0"));
     private static final byte[] SECRET = "the application's secret".getBytes(StandardCharsets.UTF_8);
 
     private static void needsAnRdmaDevice() {
-        Optional<String> missing = VerbsSupport.missing();
+        Optional<String> missing = VerbsSupport.missing(API);
         Assumptions.assumeTrue(missing.isEmpty(), () -> "verbs provider cannot run here: " + missing.orElse(""));
         Assumptions.assumeTrue(!HOST.isEmpty(),
                 "set -Drdma.test.verbs.host=<IP address of the RDMA device> to run the verbs tests");

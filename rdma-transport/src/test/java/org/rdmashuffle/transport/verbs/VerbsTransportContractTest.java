@@ -6,6 +6,7 @@ import java.util.Map;
 import java.util.Optional;
 import org.junit.jupiter.api.Assumptions;
 import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.conf.RdmaShuffleConf.VerbsApi;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.TransportContractTest;
@@ -19,10 +20,13 @@ import org.rdmashuffle.transport.VerbsSupport;
  */
 class VerbsTransportContractTest extends TransportContractTest {
     private static final String HOST = System.getProperty("rdma.test.verbs.host", "");
+    /** Which verbs API the nodes use (spark.shuffle.rdma.verbs.api): rdma.test.verbs.api, auto by default. */
+    private static final VerbsApi API = VerbsApi.valueOf(
+            System.getProperty("rdma.test.verbs.api", "auto").toUpperCase(java.util.Locale.ROOT));
 
     /** Skips the test (each one, so every report shows why) where the verbs provider cannot run. */
     private static void needsAnRdmaDevice() {
-        Optional<String> missing = VerbsSupport.missing();
+        Optional<String> missing = VerbsSupport.missing(API);
         Assumptions.assumeTrue(missing.isEmpty(), () -> "verbs provider cannot run here: " + missing.orElse(""));
         Assumptions.assumeTrue(!HOST.isEmpty(),
                 "set -Drdma.test.verbs.host=<IP address of the RDMA device> to run the verbs contract");
@@ -33,6 +37,7 @@ class VerbsTransportContractTest extends TransportContractTest {
         needsAnRdmaDevice();
         Map<String, String> s = new HashMap<>(settings);
         s.put("spark.shuffle.rdma.provider", "verbs");
+        s.putIfAbsent("spark.shuffle.rdma.verbs.api", API.name().toLowerCase(java.util.Locale.ROOT));
         s.putIfAbsent("spark.shuffle.rdma.verbs.maxQpReadAtoms",
                 System.getProperty("rdma.test.verbs.maxQpReadAtoms", "16"));
         // Up to 17 nodes share one JVM and device here (one per executor in production): keep each
