@@ -26,8 +26,9 @@ import java.lang.invoke.VarHandle;
  * same way: the function pointer is read from {@code struct ibv_context} and called through one
  * downcall handle per signature. Because every program built against rdma-core has these inline calls
  * compiled in, the offsets of {@code ops.poll_cq}, {@code ops.req_notify_cq} and {@code ops.post_send}
- * are part of libibverbs' binary interface (IBVERBS_1.1, unchanged since rdma-core's first release,
- * when the unused slots became {@code _compat_} placeholders); so are the public structs below. Offsets
+ * are part of libibverbs' binary interface (IBVERBS_1.1), which rdma-core keeps stable (ops it no
+ * longer calls became {@code _compat_} placeholders, keeping the later slots in place); so are the
+ * public structs below. Offsets
  * are for LP64 Linux (x86_64, aarch64, ppc64le), checked against rdma-core 44's headers by
  * {@code RdmaCoreLayoutTest}, which compiles {@code offsetof} of each field where gcc and the headers
  * exist.
