@@ -137,6 +137,11 @@ final class DisniDevice implements VerbsDevice {
     }
 
     @Override
+    public String depths() {
+        return "initiator_depth=device max_qp_rd_atom, responder_resources=device max_qp_rd_atom (set by libdisni)";
+    }
+
+    @Override
     public InetAddress address() {
         return address;
     }

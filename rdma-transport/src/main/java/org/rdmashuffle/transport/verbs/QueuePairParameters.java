@@ -74,10 +74,15 @@ record QueuePairParameters(int readDepth, int retryCount, int rnrRetryCount) {
      * connected with and why the READ window is what it is.
      */
     String describe(int maxReadsInFlightPerPeer, int peerReadDepth) {
+        return describe(maxReadsInFlightPerPeer, peerReadDepth,
+                "initiator_depth=device max_qp_rd_atom, responder_resources=device max_qp_rd_atom (set by libdisni)");
+    }
+
+    /** As {@link #describe(int, int)}, with {@code depths} saying what the READ depths were set to and by what. */
+    String describe(int maxReadsInFlightPerPeer, int peerReadDepth, String depths) {
         int window = readWindow(maxReadsInFlightPerPeer, peerReadDepth);
         StringBuilder b = new StringBuilder()
-                .append("initiator_depth=device max_qp_rd_atom, responder_resources=device max_qp_rd_atom ")
-                .append("(set by libdisni), retry_count=").append(retryCount)
+                .append(depths).append(", retry_count=").append(retryCount)
                 .append(", rnr_retry_count=").append(rnrRetryCount)
                 .append(rnrRetryCount == MAX_RETRY ? " (unlimited)" : "")
                 .append("; READs in flight ").append(window)

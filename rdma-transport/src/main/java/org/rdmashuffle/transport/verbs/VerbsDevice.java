@@ -27,7 +27,10 @@ interface VerbsDevice {
     /** Which API reaches rdma-core, for log lines. */
     String api();
 
-    /** The address the rdma_cm listener is bound to; client queue pairs connect from it. */
+    /** What the queue pairs' initiator_depth and responder_resources are set to, and by what, for log lines. */
+    String depths();
+
+        /** The address the rdma_cm listener is bound to; client queue pairs connect from it. */
     InetAddress address();
 
     /** The rdma_cm listener's port. */

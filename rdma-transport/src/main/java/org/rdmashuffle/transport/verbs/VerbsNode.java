@@ -294,7 +294,7 @@ public final class VerbsNode implements RdmaNode {
             throw new TransportException("cannot connect to " + peer + ": " + e.getMessage(), ReadStatus.PROTOCOL_ERROR,
                     e);
         }
-        String connection = queuePairs.describe(conf.maxReadsInFlightPerPeer(), peerReadDepth);
+        String connection = queuePairs.describe(conf.maxReadsInFlightPerPeer(), peerReadDepth, verbs.depths());
         InetSocketAddress target = new InetSocketAddress(peer.host(), port);
         int attempts = conf.connectRetries() + 1;
         IOException last = null;

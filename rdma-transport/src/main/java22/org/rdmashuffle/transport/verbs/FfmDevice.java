@@ -324,6 +324,12 @@ final class FfmDevice implements VerbsDevice {
         return port;
     }
 
+    @Override
+    public String depths() {
+        return "initiator_depth=" + initiatorDepth + ", responder_resources=" + responderResources
+                + " (verbs.maxQpReadAtoms within the device's max_qp_init_rd_atom and max_qp_rd_atom)";
+    }
+
     MemorySegment pd() {
         return pd;
     }
