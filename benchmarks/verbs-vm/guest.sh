@@ -180,7 +180,18 @@ ib_read_bw_run() {  # $1=size $2=iterations $3=label -> sets IB_BW (MiB/s) and I
 # at most CRASH_ATTEMPTS times in all, each retry reported and each crash's hs_err report kept in the
 # out directory. A run that keeps crashing fails the part.
 CRASH_ATTEMPTS=3
-crashed() { grep -q 'A fatal error has been detected by the Java Runtime' "$1"; }
+# A crash whose faulting frame is in rdma-core's libraries, a verbs provider library or our own code is
+# not the emulator's: it fails the part instead of being run again.
+crashed() {
+  grep -q 'A fatal error has been detected by the Java Runtime' "$1" || return 1
+  local frame; frame=$(grep -A1 'Problematic frame' "$1" | tail -1)
+  if echo "$frame" | grep -Eq 'libibverbs|librdmacm|libsiw|librxe|libdisni|rdmashuffle'; then
+    fail "a JVM crashed in verbs code, not the emulator's fault: $frame (log $1, hs_err in $rs_out)"
+    cp "$1" "$rs_out/" 2>/dev/null
+    return 1   # not retried: the part fails
+  fi
+  return 0
+}
 
 verbs_read_run() {  # $1=size $2=iterations $3=label [$4=JVM option] -> sets VB_BW (MiB/s), VB_CHECKED and VB_WIRE; 1 on failure
   VB_BW=""; VB_WIRE=""; VB_CHECKED=""

@@ -44,6 +44,8 @@ final class VerbsChannel implements RdmaChannel {
     private static final int OPEN = 0;
     private static final int RECOVERING = 1;
     private static final int CLOSED = 2;
+    /** The bits of the epoch a work request id carries (bits 32..55; the top byte belongs to the queue pair). */
+    private static final int EPOCH_MASK = 0xFF_FFFF;
     /** A READ flushed by another READ's error is posted again at most this many times. */
     private static final int MAX_REPOSTS = 2;
 
@@ -303,7 +305,7 @@ final class VerbsChannel implements RdmaChannel {
             if (freeTop == credits) {
                 lastProgressNanos = System.nanoTime(); // the queue pair was idle: the clock starts now
             }
-            long wrEpoch = (long) epoch << 32;
+            long wrEpoch = (long) (epoch & EPOCH_MASK) << 32; // the top byte is the queue pair's (FfmQueuePair)
             int mask = qRemote.length - 1;
             ReadChain c = readChain;
             for (int j = 0; j < k; j++) {
@@ -340,7 +342,7 @@ final class VerbsChannel implements RdmaChannel {
         }
     }
 
-    /** A work completion, on DiSNI's completion thread. */
+    /** A work completion, on the device's completion thread. */
     void onCompletion(QueuePair from, long wrId, int wcStatus) {
         ReadListener l;
         long requestId;
@@ -348,7 +350,7 @@ final class VerbsChannel implements RdmaChannel {
         int status;
         lock.lock();
         try {
-            if (from != endpoint || (int) (wrId >>> 32) != epoch || state != OPEN) {
+            if (from != endpoint || (int) (wrId >>> 32) != (epoch & EPOCH_MASK) || state != OPEN) {
                 return; // a completion of a queue pair this channel has already given up
             }
             int slot = (int) wrId;

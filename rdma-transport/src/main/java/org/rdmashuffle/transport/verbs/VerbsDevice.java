@@ -30,7 +30,7 @@ interface VerbsDevice {
     /** What the queue pairs' initiator_depth and responder_resources are set to, and by what, for log lines. */
     String depths();
 
-        /** The address the rdma_cm listener is bound to; client queue pairs connect from it. */
+    /** The address the rdma_cm listener is bound to; client queue pairs connect from it. */
     InetAddress address();
 
     /** The rdma_cm listener's port. */

@@ -445,6 +445,30 @@ public final class VerbsNode implements RdmaNode {
         }
     }
 
+    private volatile Throwable failure;
+
+    /**
+     * The device stopped working (its completion thread cannot go on): every channel fails now rather
+     * than time out, and the node opens no new ones.
+     */
+    void deviceFailed(String why) {
+        if (closed || failure != null) {
+            return;
+        }
+        failure = new TransportException("verbs: " + why, ReadStatus.CONNECTION_LOST, null);
+        LOG.error("verbs node {} stopped working: {}; its channels fail and it opens no new ones", address, why);
+        execute(() -> {
+            for (VerbsChannel c : channels.all()) {
+                c.fail(ReadStatus.CONNECTION_LOST, why);
+            }
+        });
+    }
+
+    @Override
+    public Throwable failure() {
+        return failure;
+    }
+
     /** Which API reaches rdma-core ({@code java.lang.foreign} or {@code DiSNI}) and why it was chosen. */
     public String api() {
         return api;
@@ -651,6 +675,11 @@ public final class VerbsNode implements RdmaNode {
     private void ensureOpen() throws TransportException {
         if (closed) {
             throw new TransportException("node " + address + " is closed", ReadStatus.CHANNEL_CLOSED, null);
+        }
+        Throwable f = failure;
+        if (f != null) {
+            throw new TransportException("node " + address + " stopped working: " + f.getMessage(),
+                    ReadStatus.CONNECTION_LOST, f);
         }
     }
 

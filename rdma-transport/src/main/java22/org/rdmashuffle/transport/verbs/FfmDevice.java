@@ -52,6 +52,17 @@ final class FfmDevice implements VerbsDevice {
     private final MemorySegment eventChannel;
     private final int eventFd;
     private final Object listenerLock = new Object();
+    /**
+     * Held by the cm thread while it takes, acknowledges and handles an event, and while any id is
+     * destroyed: librdmacm changes a queue pair's state inside rdma_get_cm_event, so an id must not be
+     * destroyed meanwhile, and no event of a destroyed id can then reach a new id at the same address.
+     */
+    private final java.util.concurrent.locks.ReentrantLock cmLock = new java.util.concurrent.locks.ReentrantLock();
+    /** Read side: a connect or registration in progress; write side: close, which frees what they use. */
+    private final java.util.concurrent.locks.ReentrantReadWriteLock lifecycle =
+            new java.util.concurrent.locks.ReentrantReadWriteLock();
+    /** Bumped per client queue pair: its tag in the top byte of every work request id it posts. */
+    private final java.util.concurrent.atomic.AtomicInteger tags = new java.util.concurrent.atomic.AtomicInteger();
     private long listenId;
     final long context;
     private final MemorySegment pd;
@@ -346,15 +357,20 @@ final class FfmDevice implements VerbsDevice {
 
     @Override
     public Memory register(ByteBuffer memory, int access) throws IOException {
-        if (closed) {
-            throw new TransportException("verbs: the device is closed");
-        }
-        MemorySegment buf = MemorySegment.ofBuffer(memory);
+        MemorySegment buf = MemorySegment.ofBuffer(memory.duplicate().clear());
         MemorySegment mr;
+        lifecycle.readLock().lock();
         try {
+            if (closed) {
+                throw new TransportException("verbs: the device is closed");
+            }
             mr = (MemorySegment) core.regMr.invokeExact(state(), pd, buf, (long) memory.capacity(), access);
+        } catch (IOException | RuntimeException e) {
+            throw e;
         } catch (Throwable t) {
             throw new TransportException("verbs: registering " + memory.capacity() + " bytes failed: " + t, t);
+        } finally {
+            lifecycle.readLock().unlock();
         }
         if (mr.equals(MemorySegment.NULL)) {
             throw new TransportException("verbs: registering " + memory.capacity() + " bytes failed: "
@@ -405,19 +421,16 @@ final class FfmDevice implements VerbsDevice {
 
     @Override
     public QueuePair connect(InetSocketAddress target, long timeoutMs) throws IOException {
-        if (closed) {
-            throw new TransportException("verbs: the device is closed");
-        }
-        FfmQueuePair qp = new FfmQueuePair(this, false);
+        FfmQueuePair qp = new FfmQueuePair(this, false, (tags.incrementAndGet() & 0x7F) + 1);
+        IOException failed = null;
+        lifecycle.readLock().lock();
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment idOut = a.allocate(ADDRESS);
-            int rc;
-            try {
-                rc = (int) core.createId.invokeExact(state(), eventChannel, idOut, MemorySegment.NULL,
-                        RdmaCore.RDMA_PS_TCP);
-            } catch (Throwable t) {
-                throw new IOException("rdma_create_id: " + t, t);
+            if (closed) {
+                throw new IOException("rdma_cm connect to " + target + " failed: the node is closing");
             }
+            MemorySegment idOut = a.allocate(ADDRESS);
+            int rc = (int) core.createId.invokeExact(state(), eventChannel, idOut, MemorySegment.NULL,
+                    RdmaCore.RDMA_PS_TCP);
             if (rc != 0) {
                 throw new IOException("rdma_cm connect to " + target + " failed: rdma_create_id: " + core.lastError());
             }
@@ -426,10 +439,17 @@ final class FfmDevice implements VerbsDevice {
             byId.put(id, qp);
             qp.resolve(sockaddr(a, new InetSocketAddress(address, 0)), sockaddr(a, target),
                     (int) Math.min(Integer.MAX_VALUE, timeoutMs));
-        } catch (IOException | RuntimeException e) {
+        } catch (IOException e) {
+            failed = e.getMessage() != null && e.getMessage().startsWith("rdma_cm") ? e
+                    : new IOException("rdma_cm connect to " + target + " failed: " + e.getMessage(), e);
+        } catch (Throwable t) {
+            failed = new IOException("rdma_cm connect to " + target + " failed: " + t, t);
+        } finally {
+            lifecycle.readLock().unlock();
+        }
+        if (failed != null) {
             qp.closeQuietly();
-            throw e instanceof IOException io && io.getMessage() != null && io.getMessage().startsWith("rdma_cm")
-                    ? io : new IOException("rdma_cm connect to " + target + " failed: " + e.getMessage(), e);
+            throw failed;
         }
         qp.awaitConnected(target, timeoutMs);
         return qp;
@@ -438,6 +458,29 @@ final class FfmDevice implements VerbsDevice {
     /** A client queue pair now has a qp_num: its completions reach it from now on. */
     void completionsFor(int qpNum, FfmQueuePair qp) {
         byQpNum.put(qpNum, qp);
+    }
+
+    /** Destroys an id (disconnecting and destroying its queue pair first), under the cm lock. */
+    void destroyId(long id, boolean disconnect, boolean destroyQp) {
+        cmLock.lock();
+        try {
+            if (released) {
+                return; // close() gave up on a thread that did not stop: everything native is left alone
+            }
+            call(() -> {
+                if (disconnect) {
+                    int r = (int) core.disconnect.invokeExact(RdmaCore.at(id));
+                }
+                if (destroyQp) {
+                    core.destroyQp.invokeExact(RdmaCore.at(id));
+                }
+                int r = (int) core.destroyId.invokeExact(RdmaCore.at(id));
+            });
+        } catch (RuntimeException e) {
+            LOG.debug("verbs: destroying an rdma_cm id failed", e);
+        } finally {
+            cmLock.unlock();
+        }
     }
 
     /** Forgets a destroyed queue pair. */
@@ -482,21 +525,8 @@ final class FfmDevice implements VerbsDevice {
                 if (r == 0) {
                     continue;
                 }
-                for (;;) {
-                    if ((int) core.getCmEvent.invokeExact(state(), eventChannel, evOut) != 0) {
-                        int errno = RdmaCore.lastErrno();
-                        if (errno != RdmaCore.EAGAIN && errno != RdmaCore.EINTR && !closed) {
-                            LOG.warn("verbs: rdma_get_cm_event failed: {}", core.describe(errno));
-                        }
-                        break;
-                    }
-                    long ev = evOut.get(ADDRESS, 0).address();
-                    long id = getLong(ev + RdmaCore.EV_ID);
-                    int type = getInt(ev + RdmaCore.EV_EVENT);
-                    int status = getInt(ev + RdmaCore.EV_STATUS);
-                    // Acknowledged before it is handled: rdma_destroy_id waits for its id's events to be.
-                    int ignored = (int) core.ackCmEvent.invokeExact(RdmaCore.at(ev));
-                    onCmEvent(id, type, status);
+                while (!closed && nextCmEvent(evOut)) {
+                    // another event may be waiting
                 }
             } catch (InterruptedException e) {
                 if (closed) {
@@ -508,6 +538,29 @@ final class FfmDevice implements VerbsDevice {
                 }
                 LOG.warn("verbs: handling an rdma_cm event failed", t);
             }
+        }
+    }
+
+    /** Takes, acknowledges and handles one rdma_cm event under the cm lock; false when none was waiting. */
+    private boolean nextCmEvent(MemorySegment evOut) throws Throwable {
+        cmLock.lock();
+        try {
+            if ((int) core.getCmEvent.invokeExact(state(), eventChannel, evOut) != 0) {
+                int errno = RdmaCore.lastErrno();
+                if (errno != RdmaCore.EAGAIN && errno != RdmaCore.EINTR && !closed) {
+                    LOG.warn("verbs: rdma_get_cm_event failed: {}", core.describe(errno));
+                }
+                return false;
+            }
+            long ev = evOut.get(ADDRESS, 0).address();
+            long id = getLong(ev + RdmaCore.EV_ID);
+            int type = getInt(ev + RdmaCore.EV_EVENT);
+            int status = getInt(ev + RdmaCore.EV_STATUS);
+            int ignored = (int) core.ackCmEvent.invokeExact(RdmaCore.at(ev));
+            onCmEvent(id, type, status);
+            return true;
+        } finally {
+            cmLock.unlock();
         }
     }
 
@@ -537,7 +590,7 @@ final class FfmDevice implements VerbsDevice {
                 return;
             }
         }
-        FfmQueuePair qp = new FfmQueuePair(this, true);
+        FfmQueuePair qp = new FfmQueuePair(this, true, 0);
         qp.start(id);
         byId.put(id, qp);
         try {
@@ -548,7 +601,11 @@ final class FfmDevice implements VerbsDevice {
             return;
         }
         long timeoutMs = node.connectTimeoutMs();
-        node.schedule(() -> qp.abortAccept("no connection within " + timeoutMs + " ms"), timeoutMs);
+        try {
+            node.schedule(() -> qp.abortAccept("no connection within " + timeoutMs + " ms"), timeoutMs);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            qp.closeQuietly(); // the node is closing
+        }
     }
 
     private void cqLoop() {
@@ -561,7 +618,7 @@ final class FfmDevice implements VerbsDevice {
             while (!closed) {
                 int n = (int) core.pollCq.invokeExact(pollCqFn, cq, WC_BATCH, wcs);
                 if (n < 0) {
-                    LOG.error("verbs: ibv_poll_cq failed ({}); completions stop, so channels time out", n);
+                    node.deviceFailed("ibv_poll_cq failed (" + n + ")");
                     return;
                 }
                 if (n > 0) {
@@ -570,10 +627,12 @@ final class FfmDevice implements VerbsDevice {
                         continue;
                     }
                 }
+                if (closed) {
+                    break;
+                }
                 int rc = (int) core.reqNotifyCq.invokeExact(reqNotifyFn, cq, 0);
                 if (rc != 0) {
-                    LOG.error("verbs: ibv_req_notify_cq failed: {}; completions stop, so channels time out",
-                            core.describe(rc));
+                    node.deviceFailed("ibv_req_notify_cq failed: " + core.describe(rc));
                     return;
                 }
                 n = (int) core.pollCq.invokeExact(pollCqFn, cq, WC_BATCH, wcs); // those that came before arming
@@ -593,7 +652,8 @@ final class FfmDevice implements VerbsDevice {
                 }
             }
         } catch (Throwable t) {
-            LOG.error("verbs: the completion thread failed; completions stop, so channels time out", t);
+            LOG.error("verbs: the completion thread failed", t);
+            node.deviceFailed("the completion thread failed: " + t);
         } finally {
             if (unacked > 0) {
                 int u = unacked;
@@ -609,10 +669,12 @@ final class FfmDevice implements VerbsDevice {
             int status = wcs.get(JAVA_INT, base + RdmaCore.WC_STATUS);
             int qpNum = wcs.get(JAVA_INT, base + RdmaCore.WC_QP_NUM);
             FfmQueuePair qp = byQpNum.get(qpNum);
-            VerbsChannel c = qp == null ? null : qp.channel();
+            // A destroyed queue pair's completion may still be queued when its number is reused: the tag
+            // its posts carry in the top byte tells them apart.
+            VerbsChannel c = qp == null || (int) (wrId >>> 56) != qp.tag() ? null : qp.channel();
             if (c != null) {
                 try {
-                    c.onCompletion(qp, wrId, status);
+                    c.onCompletion(qp, wrId & 0x00FF_FFFF_FFFF_FFFFL, status);
                 } catch (RuntimeException e) {
                     LOG.error("verbs: handling a completion failed", e);
                 }
@@ -631,27 +693,49 @@ final class FfmDevice implements VerbsDevice {
 
     @Override
     public void close() {
-        if (closed) {
-            return;
+        lifecycle.writeLock().lock();
+        try {
+            if (closed) {
+                return;
+            }
+            closeListener();
+            closed = true;
+        } finally {
+            lifecycle.writeLock().unlock();
         }
-        closeListener();
-        closed = true;
-        join(cmThread);
-        join(cqThread);
+        boolean stopped = join(cmThread) & join(cqThread);
         for (FfmQueuePair qp : byId.values().toArray(new FfmQueuePair[0])) {
             qp.closeQuietly();
+        }
+        if (!stopped) {
+            // A thread still inside a native call would use what is freed: leave it all (a leak, logged).
+            cmLock.lock();
+            try {
+                released = true;
+            } finally {
+                cmLock.unlock();
+            }
+            LOG.warn("verbs: a device thread did not stop; its completion queue, protection domain and event "
+                    + "channel are left allocated");
+            return;
         }
         releaseAll();
     }
 
-    private void join(Thread t) {
+    /** Whether close() left native resources alone (a thread did not stop); guarded by cmLock. */
+    private boolean released;
+
+    private boolean join(Thread t) {
         try {
             t.join(Math.max(5_000, 4L * eventTimeoutMs));
             if (t.isAlive()) {
                 LOG.warn("{} did not stop", t.getName());
+                return false;
             }
+            return true;
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
+            return false;
         }
     }
 

@@ -21,13 +21,16 @@ import java.util.concurrent.TimeoutException;
  * through its {@link ReadWorkRequests}, allocated once when its queue pair is created: nothing is
  * allocated per READ.
  *
- * <p>Its rdma_cm events arrive on the device's connection-manager thread; every native call on its id
- * holds this object's monitor, and once closed none is made.
+ * <p>Its rdma_cm events arrive on the device's connection-manager thread, which handles them holding the
+ * device's cm lock and this object's monitor (in that order); every native call on its id holds this
+ * monitor, none is made once closed, and the id and queue pair are destroyed under the cm lock alone,
+ * so that no event of theirs is being reported or handled meanwhile.
  */
 final class FfmQueuePair implements QueuePair {
     private final FfmDevice device;
     private final RdmaCore core;
     private final boolean serverSide;
+    private final int tag;
     private final CompletableFuture<Void> connected = new CompletableFuture<>();
     private volatile VerbsChannel channel;
     // Guarded by this.
@@ -42,10 +45,19 @@ final class FfmQueuePair implements QueuePair {
     private final Object postLock = new Object();
     private ReadWorkRequests requests;
 
-    FfmQueuePair(FfmDevice device, boolean serverSide) {
+    /**
+     * @param tag 1..128 for a client queue pair: the top byte of the ids of the work requests it posts,
+     *            which tells its completions from those of a destroyed queue pair whose number it reuses
+     */
+    FfmQueuePair(FfmDevice device, boolean serverSide, int tag) {
         this.device = device;
         this.core = device.core;
         this.serverSide = serverSide;
+        this.tag = tag;
+    }
+
+    int tag() {
+        return tag;
     }
 
     boolean serverSide() {
@@ -132,7 +144,7 @@ final class FfmQueuePair implements QueuePair {
         qpNum = getInt(qp + RdmaCore.QP_QP_NUM);
         if (!serverSide) {
             synchronized (postLock) {
-                requests = new ReadWorkRequests(core, RdmaCore.at(qp), device.postSendFn, maxSendWr);
+                requests = new ReadWorkRequests(core, RdmaCore.at(qp), device.postSendFn, maxSendWr, tag);
             }
             device.completionsFor(qpNum, this);
         }
@@ -272,6 +284,8 @@ final class FfmQueuePair implements QueuePair {
     public void closeQuietly() {
         long cmId;
         int num;
+        boolean disconnect;
+        boolean destroyQp;
         synchronized (this) {
             if (closed) {
                 return;
@@ -279,6 +293,8 @@ final class FfmQueuePair implements QueuePair {
             closed = true;
             cmId = id;
             num = qpNum;
+            disconnect = established;
+            destroyQp = hasQp;
             connected.completeExceptionally(new IOException("closed"));
             synchronized (postLock) {
                 if (requests != null) {
@@ -286,21 +302,12 @@ final class FfmQueuePair implements QueuePair {
                     requests = null;
                 }
             }
-            device.forget(this, cmId, num);
-            if (cmId != 0) {
-                long idc = cmId;
-                boolean disconnect = established;
-                boolean destroyQp = hasQp;
-                FfmDevice.call(() -> {
-                    if (disconnect) {
-                        int r = (int) core.disconnect.invokeExact(RdmaCore.at(idc));
-                    }
-                    if (destroyQp) {
-                        core.destroyQp.invokeExact(RdmaCore.at(idc));
-                    }
-                    int r = (int) core.destroyId.invokeExact(RdmaCore.at(idc));
-                });
-            }
+        }
+        device.forget(this, cmId, num);
+        if (cmId != 0) {
+            // Under the device's cm lock: librdmacm itself moves a queue pair's state while it reports an
+            // event (connect response, reject), and that must not meet the queue pair being destroyed.
+            device.destroyId(cmId, disconnect, destroyQp);
         }
     }
 

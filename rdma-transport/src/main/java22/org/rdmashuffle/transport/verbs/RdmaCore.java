@@ -169,7 +169,7 @@ final class RdmaCore {
     final MethodHandle fcntl;
     final MethodHandle strerror;
     // verbs.h's inline calls, through a function pointer passed first: (fn, cq, n, wc), (fn, cq, solicited),
-    // (fn, qp, wr, bad_wr). Critical: short, non-blocking calls into the provider's user-space driver.
+    // (fn, qp, wr, bad_wr).
     final MethodHandle pollCq;
     final MethodHandle reqNotifyCq;
     final MethodHandle postSend;
@@ -211,10 +211,13 @@ final class RdmaCore {
         fcntl = LINKER.downcallHandle(find(libc, "fcntl"), FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT),
                 Linker.Option.firstVariadicArg(2));
         strerror = plain(libc, "strerror", FunctionDescriptor.of(ADDRESS, JAVA_INT));
-        Linker.Option critical = Linker.Option.critical(false);
-        pollCq = LINKER.downcallHandle(FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, ADDRESS), critical);
-        reqNotifyCq = LINKER.downcallHandle(FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT), critical);
-        postSend = LINKER.downcallHandle(FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS), critical);
+        // poll_cq reads the completion queue the device shares with user space on every provider: critical.
+        // post_send and req_notify_cq can enter the kernel (siw rings its doorbell with a system call, rxe arms
+        // the queue through one): a regular downcall, so the JVM can reach a safepoint meanwhile.
+        pollCq = LINKER.downcallHandle(FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, ADDRESS),
+                Linker.Option.critical(false));
+        reqNotifyCq = LINKER.downcallHandle(FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
+        postSend = LINKER.downcallHandle(FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
     }
 
     private static volatile RdmaCore instance;

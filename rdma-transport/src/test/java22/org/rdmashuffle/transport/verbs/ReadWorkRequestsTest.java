@@ -88,7 +88,7 @@ class ReadWorkRequestsTest {
     @Test
     void shouldHandTheDriverExactlyTheFirstKReadsOfTheChainThenRelinkTheList() throws Exception {
         try (Arena arena = Arena.ofConfined();
-             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 8)) {
+             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 8, 0)) {
             POSTED.clear();
             driverResult = 0;
             wrs.post(chain(8, 1), 3);
@@ -116,9 +116,25 @@ class ReadWorkRequestsTest {
     }
 
     @Test
+    void shouldCarryTheQueuePairsTagInTheTopByteOfEveryWorkRequestId() throws Exception {
+        try (Arena arena = Arena.ofConfined();
+             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4, 0x5A)) {
+            POSTED.clear();
+            driverResult = 0;
+            ReadChain c = chain(4, 9);
+            wrs.post(c, 4);
+            for (int j = 0; j < 4; j++) {
+                long seen = POSTED.get(0).get(j)[0];
+                assertEquals(0x5A, seen >>> 56, "tag");
+                assertEquals(c.wrId[j], seen & 0x00FF_FFFF_FFFF_FFFFL, "the channel's id under the tag");
+            }
+        }
+    }
+
+    @Test
     void shouldFailThePostNamingTheDriversErrnoWhenPostSendRefusesIt() throws Exception {
         try (Arena arena = Arena.ofConfined();
-             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4)) {
+             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4, 0)) {
             driverResult = 12; // ENOMEM: the send queue is full
             IOException e = assertThrows(IOException.class, () -> wrs.post(chain(4, 1), 2));
             assertTrue(e.getMessage().contains("errno 12"), e.getMessage());
@@ -132,7 +148,7 @@ class ReadWorkRequestsTest {
     @Test
     void shouldRefuseMoreReadsThanTheSendQueueHolds() throws Exception {
         try (Arena arena = Arena.ofConfined();
-             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4)) {
+             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4, 0)) {
             IOException e = assertThrows(IOException.class, () -> wrs.post(chain(8, 1), 5));
             assertTrue(e.getMessage().contains("send queue holds 4"), e.getMessage());
         }
@@ -144,7 +160,7 @@ class ReadWorkRequestsTest {
         var threads = (com.sun.management.ThreadMXBean) ManagementFactory.getThreadMXBean();
         long self = Thread.currentThread().threadId();
         try (Arena arena = Arena.ofConfined();
-             ReadWorkRequests wrs = new ReadWorkRequests(core, arena.allocate(64), noop, 16)) {
+             ReadWorkRequests wrs = new ReadWorkRequests(core, arena.allocate(64), noop, 16, 0)) {
             ReadChain c = chain(16, 7);
             for (int i = 0; i < 50_000; i++) { // until the JIT has compiled the post path
                 wrs.post(c, 1 + (i & 15));
