@@ -521,17 +521,20 @@ final class VerbsChannel implements RdmaChannel {
             fail(ReadStatus.CONNECTION_LOST, cause + ", and reconnecting failed: " + e.getMessage());
             return;
         }
+        boolean unused;
         lock.lock();
         try {
-            if (state != RECOVERING) {
-                fresh.closeQuietly();
-                return;
+            unused = state != RECOVERING;
+            if (!unused) {
+                attach(fresh);
+                node.countReconnect();
+                drain();
             }
-            attach(fresh);
-            node.countReconnect();
-            drain();
         } finally {
             lock.unlock();
+        }
+        if (unused) {
+            fresh.closeQuietly(); // never under the lock: closing may wait for the device's cm thread
         }
     }
 

@@ -260,13 +260,18 @@ final class FfmDevice implements VerbsDevice {
     }
 
     private void destroyListener() {
-        synchronized (listenerLock) {
-            accepting = false;
-            if (listenId != 0) {
-                long id = listenId;
-                listenId = 0;
-                call(() -> core.destroyId.invokeExact(RdmaCore.at(id)));
+        cmLock.lock(); // before listenerLock, as the cm thread takes them
+        try {
+            synchronized (listenerLock) {
+                accepting = false;
+                if (listenId != 0) {
+                    long id = listenId;
+                    listenId = 0;
+                    call(() -> core.destroyId.invokeExact(RdmaCore.at(id)));
+                }
             }
+        } finally {
+            cmLock.unlock();
         }
     }
 
