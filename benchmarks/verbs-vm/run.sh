@@ -50,9 +50,11 @@ fi
 # The JDK the guest runs (ffm: 22+, which also compiles the provider's Java 22 classes).
 ffm_jdk=${VERBS_VM_JAVA:-}
 if [ -z "$ffm_jdk" ]; then
+  best=0
   for j in /usr/lib/jvm/*/; do
-    v=$("$j/bin/java" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')
-    [ -n "$v" ] && [ "$v" -ge 22 ] 2>/dev/null && ffm_jdk=${j%/}
+    [ -x "$j/bin/javac" ] || continue
+    v=$("$j/bin/java" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p' || true)
+    if [ -n "$v" ] && [ "$v" -ge 22 ] 2>/dev/null && [ "$v" -gt "$best" ]; then best=$v; ffm_jdk=${j%/}; fi
   done
 fi
 if [ $api = ffm ] && { [ -z "$ffm_jdk" ] || [ ! -x "$ffm_jdk/bin/javac" ]; }; then
