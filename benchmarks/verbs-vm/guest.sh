@@ -104,6 +104,8 @@ say "kernel view of queue pair parameters (kprobes): $kprobes"
 # on any path (LIBDISNI, when set, serves only the bench part's DiSNI comparison); or disni.
 API_OPTS=("-Dspark.shuffle.rdma.verbs.api=$API" "-Drdma.test.verbs.api=$API")
 [ "$API" = ffm ] && API_OPTS+=(--enable-native-access=ALL-UNNAMED)
+NATIVE_ACCESS=""   # executors' JVM option (Spark options go through --rdma-conf)
+[ "$API" = ffm ] && NATIVE_ACCESS=--enable-native-access=ALL-UNNAMED
 LIBPATH=""
 [ "$API" = disni ] && LIBPATH=$LIBDISNI
 export JAVA_HOME=$(dirname "$(dirname "$JAVA")") PATH="$(dirname "$JAVA"):$PATH"   # run-main-job.sh's and Spark's java
@@ -362,7 +364,7 @@ if wants spark; then
       timeout 1800 "$JAVA" -Xmx768m -XX:+UseSerialGC "-XX:ErrorFile=$rs_out/hs_err_pid%p.log" "${opens[@]}" "-Djava.library.path=$LIBPATH" "${API_OPTS[@]}" \
       -Dspark.driver.host=$SIW_IP -Dspark.driver.bindAddress=$SIW_IP -cp "$FETCH_JAR:$rj:$ROOT/examples/target/spark-home/jars/*" \
       org.rdmashuffle.vmbench.GuestFetchJob $FETCH_ARGS --jars "$FETCH_JAR,$rj" \
-      --conf "spark.executor.extraLibraryPath=$LIBPATH" --conf "spark.executor.extraJavaOptions=-XX:+UseSerialGC ${API_OPTS[*]}" \
+      --conf "spark.executor.extraLibraryPath=$LIBPATH" --conf "spark.executor.extraJavaOptions=-XX:+UseSerialGC $NATIVE_ACCESS" \
       --rdma-conf spark.shuffle.rdma.provider=verbs --rdma-conf spark.shuffle.rdma.fallback=never \
       --rdma-conf spark.shuffle.rdma.verbs.api=$API > /tmp/fetch.log 2>&1
     rc=$?

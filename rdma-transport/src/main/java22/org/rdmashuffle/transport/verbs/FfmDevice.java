@@ -102,7 +102,9 @@ final class FfmDevice implements VerbsDevice {
                 throw new TransportException("verbs: rdma_create_event_channel failed: " + core.lastError()
                         + " (is rdma_ucm loaded? /dev/infiniband/rdma_cm must exist)");
             }
-            release.push(() -> call(() -> core.destroyEventChannel.invokeExact(eventChannel)));
+            release.push(() -> call(() -> {
+                core.destroyEventChannel.invokeExact(eventChannel);
+            }));
             eventFd = getInt(eventChannel.address() + RdmaCore.EVENT_CHANNEL_FD);
             nonBlocking(eventFd);
             MemorySegment idOut = arena.allocate(ADDRESS);
@@ -167,7 +169,9 @@ final class FfmDevice implements VerbsDevice {
             if (compChannel.equals(MemorySegment.NULL)) {
                 throw new TransportException("verbs: ibv_create_comp_channel failed: " + core.lastError());
             }
-            release.push(() -> call(() -> core.destroyCompChannel.invokeExact(compChannel)));
+            release.push(() -> call(() -> {
+                int r = (int) core.destroyCompChannel.invokeExact(compChannel);
+            }));
             compFd = getInt(compChannel.address() + RdmaCore.COMP_CHANNEL_FD);
             nonBlocking(compFd);
             cq = (MemorySegment) core.createCq.invokeExact(state(), RdmaCore.at(context), completionQueueSize,
@@ -211,7 +215,11 @@ final class FfmDevice implements VerbsDevice {
                 responderResources, initiatorDepth);
     }
 
-    /** A native call that may throw only what the callee cannot: wrapped. */
+    /**
+     * A native call that may throw only what the callee cannot: wrapped. Write each invokeExact as a
+     * statement in a block (an int result assigned): as an expression lambda its call site would return
+     * Object, and invokeExact would throw WrongMethodTypeException.
+     */
     interface NativeCall {
         void run() throws Throwable;
     }
@@ -267,7 +275,9 @@ final class FfmDevice implements VerbsDevice {
                 if (listenId != 0) {
                     long id = listenId;
                     listenId = 0;
-                    call(() -> core.destroyId.invokeExact(RdmaCore.at(id)));
+                    call(() -> {
+                        int r = (int) core.destroyId.invokeExact(RdmaCore.at(id));
+                    });
                 }
             }
         } finally {
@@ -662,7 +672,9 @@ final class FfmDevice implements VerbsDevice {
         } finally {
             if (unacked > 0) {
                 int u = unacked;
-                call(() -> core.ackCqEvents.invokeExact(cq, u));
+                call(() -> {
+                    core.ackCqEvents.invokeExact(cq, u);
+                });
             }
         }
     }
