@@ -377,7 +377,9 @@ if wants spark; then
   done
   cp /tmp/fetch.log "$rs_out/" 2>/dev/null
   grep -E '^(fetch job|FETCH|IDLE|results identical)|serving executor' /tmp/fetch.log | sed 's/^/  /'
-  while read -r line; do result "fetch siw $line"; done < <(grep -E '^(FETCH|IDLE)' /tmp/fetch.log)
+  # (no process substitution: the guest has no /dev/fd, and the lines were silently lost)
+  grep -E '^(FETCH|IDLE)' /tmp/fetch.log > /tmp/fetch-lines.txt
+  while read -r line; do result "fetch siw $line"; done < /tmp/fetch-lines.txt
   if [ $rc = 0 ] && grep -q '^results identical' /tmp/fetch.log; then
     result "fetch siw PASS (two executor JVMs, every map on one and every reduce on the other, results identical under sort and verbs, READs only by the receiving executor)"
   else
