@@ -195,12 +195,13 @@ crashed() {
   return 0
 }
 
+bench_jopts() { local o=${BENCH_JOPTS//%l/$1}; echo "${o//%o/$rs_out}"; }  # %l: the run's label, %o: the out directory
 verbs_read_run() {  # $1=size $2=iterations $3=label [$4=JVM option] -> sets VB_BW (MiB/s), VB_CHECKED and VB_WIRE; 1 on failure
   VB_BW=""; VB_WIRE=""; VB_CHECKED=""
   local attempt
   for attempt in $(seq 1 $CRASH_ATTEMPTS); do
     wire_start "/tmp/wire-$3.txt"
-    timeout 900 "$JAVA" "${JOPTS[@]}" ${4:-} -cp "$CP" org.rdmashuffle.transport.verbs.VerbsReadThroughput \
+    timeout 900 "$JAVA" "${JOPTS[@]}" ${4:-} $(bench_jopts "$3") -cp "$CP" org.rdmashuffle.transport.verbs.VerbsReadThroughput \
       $SIW_IP "$1" "$2" 128 > "/tmp/verbs-read-$3.log" 2>&1
     wire_stop
     crashed "/tmp/verbs-read-$3.log" || break

@@ -24,7 +24,9 @@
 # provider/ib_read_bw ratio reported as met or not, 0.9), VERBS_VM_BENCH_TOOLS ("ib verbs", and verbs-disni
 # with ffm and LIBDISNI_DIR; add
 # verbs-nocheck for a diagnosis run without the byte check), VERBS_VM_FETCH_ARGS (GuestFetchJob's
-# options, "--mb 128 --warmups 1 --rounds 3 --order sort,rdma"), VERBS_VM_LIMIT_KB.
+# options, "--mb 128 --warmups 1 --rounds 3 --order sort,rdma"), VERBS_VM_LIMIT_KB, VERBS_VM_BENCH_JOPTS
+# (extra JVM options for the provider's bench runs, to profile them; %l is replaced by the
+# run's label and %o by the out directory: -XX:StartFlightRecording=filename=%o/%l.jfr,settings=profile), VERBS_VM_TCG (QEMU's TCG threading: multi, one host thread per vCPU, or single).
 # Measuring parts (bench, spark) load the machine: on a shared machine run under flock /tmp/bench.lock.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,6 +39,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 api=${VERBS_VM_API:-ffm}
+tcg=${VERBS_VM_TCG:-multi}
+case $tcg in multi|single) ;; *) echo "VERBS_VM_TCG must be multi or single (got '$tcg')" >&2; exit 2 ;; esac
 case $api in ffm|disni) ;; *) echo "VERBS_VM_API must be ffm or disni (got '$api')" >&2; exit 2 ;; esac
 if [ -n "${LIBDISNI_DIR:-}" ] && [ ! -f "$LIBDISNI_DIR/libdisni.so" ]; then
   echo "LIBDISNI_DIR must name the folder holding libdisni.so (got '$LIBDISNI_DIR')." >&2
@@ -194,6 +198,7 @@ BENCH_TARGET='${VERBS_VM_BENCH_TARGET:-0.9}'
 FETCH_JAR='$fetch_jar'
 FETCH_ARGS='${VERBS_VM_FETCH_ARGS:---mb 128 --warmups 1 --rounds 3 --order sort,rdma}'
 LIMIT_KB='${VERBS_VM_LIMIT_KB:-1024}'
+BENCH_JOPTS='${VERBS_VM_BENCH_JOPTS:-}'
 ENV
 : > "$out/summary.txt"
 cp "$offsets" "$out/qp-offsets.env"
@@ -202,7 +207,7 @@ cp "$offsets" "$out/qp-offsets.env"
 log "booting the guest (parts: $parts; verbs through $api on $("$java_home/bin/java" -version 2>&1 | head -1)); console in $out/console.log"
 start=$(date +%s)
 set +e
-timeout "${VERBS_VM_TIMEOUT:-3600}" qemu-system-x86_64 -accel tcg,thread=multi -cpu qemu64 -machine q35 -smp 2 \
+timeout "${VERBS_VM_TIMEOUT:-3600}" qemu-system-x86_64 -accel "tcg,thread=$tcg" -cpu qemu64 -machine q35 -smp 2 \
   -m "${VERBS_VM_MEM:-6G}" -nographic -no-reboot -nodefaults -serial stdio -monitor none \
   -kernel "$kdir/root/boot/vmlinuz-$kv" -initrd "$initrd" \
   -append "console=ttyS0 quiet loglevel=4 panic=-1 rs_out=$out rs_stage2=$here/stage2.sh rs_guest=$here/guest.sh rs_modules=$kdir/root/lib/modules" \
