@@ -155,7 +155,7 @@ ib_read_bw_run() {  # $1=size $2=iterations $3=label -> sets IB_BW (MiB/s) and I
     server=$!
     sleep 2
     wire_start "/tmp/wire-$3.txt"
-    out=$(timeout 300 ib_read_bw -d siw0 -R -e -s "$1" -n "$2" -F $SIW_IP 2>&1)
+    out=$(timeout 300 ib_read_bw -d siw0 -R -e -s "$1" -n "$2" -F $IB_OPTS $SIW_IP 2>&1)
     rc=$?
     wire_stop
     kill $server 2>/dev/null; wait $server 2>/dev/null

@@ -26,7 +26,8 @@
 # verbs-nocheck for a diagnosis run without the byte check), VERBS_VM_FETCH_ARGS (GuestFetchJob's
 # options, "--mb 128 --warmups 1 --rounds 3 --order sort,rdma"), VERBS_VM_LIMIT_KB, VERBS_VM_BENCH_JOPTS
 # (extra JVM options for the provider's bench runs, to profile them; %l is replaced by the
-# run's label and %o by the out directory: -XX:StartFlightRecording=filename=%o/%l.jfr,settings=profile), VERBS_VM_TCG (QEMU's TCG threading: multi, one host thread per vCPU, or single).
+# run's label and %o by the out directory: -XX:StartFlightRecording=filename=%o/%l.jfr,settings=profile), VERBS_VM_TCG (QEMU's TCG threading: multi, one host thread per vCPU, or single),
+# VERBS_VM_IB_OPTS (extra options of the ib_read_bw client, e.g. "-Q 1" for a completion per READ).
 # Measuring parts (bench, spark) load the machine: on a shared machine run under flock /tmp/bench.lock.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -199,6 +200,7 @@ FETCH_JAR='$fetch_jar'
 FETCH_ARGS='${VERBS_VM_FETCH_ARGS:---mb 128 --warmups 1 --rounds 3 --order sort,rdma}'
 LIMIT_KB='${VERBS_VM_LIMIT_KB:-1024}'
 BENCH_JOPTS='${VERBS_VM_BENCH_JOPTS:-}'
+IB_OPTS='${VERBS_VM_IB_OPTS:-}'
 ENV
 : > "$out/summary.txt"
 cp "$offsets" "$out/qp-offsets.env"
