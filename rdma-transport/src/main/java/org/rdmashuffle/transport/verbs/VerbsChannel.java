@@ -29,6 +29,14 @@ import org.slf4j.LoggerFactory;
  * {@link ReadChain} the channel keeps, which the {@link QueuePair} turns into work requests built once
  * and rewritten in place, so posting allocates nothing.
  *
+ * <p>Not every READ asks for a work completion: a chain's last READ does, and one in every
+ * {@code signalInterval} (a quarter of the window) within long chains. A queue pair completes its work
+ * requests in post order, so a signaled READ's completion also completes every READ posted before it,
+ * which the channel delivers in post order from a ring of its outstanding slots; an error completes
+ * every READ, signaled or not, and everything before the failed one succeeded. READs that listeners post
+ * from the completion thread while it delivers are queued and posted as one chain once it is done. The
+ * completion thread thus wakes and posts once per several READs rather than once per READ.
+ *
  * <p>When the queue pair fails — an RC queue pair goes to the error state on a READ the peer refuses
  * (unknown or stale rkey, out of bounds, not readable) and flushes every READ posted after it — the
  * channel asks the peer, over the authenticated control connection, whether the READ that failed it
@@ -81,6 +89,15 @@ final class VerbsChannel implements RdmaChannel {
     private final long stallNanos;
     private final int[] free;
     private int freeTop;
+    /** The outstanding slots in post order: completions of a queue pair come in that order. */
+    private final int[] ring;
+    private int ringHead;
+    private int ringSize;
+    /** At most this many READs in a row are posted without asking for a work completion. */
+    private final int signalInterval;
+    private int unsignaledRun;
+    /** The completion thread while it delivers completed READs: what it posts then is queued, drained after. */
+    private Thread deferringThread;
     // READs waiting for a credit: a ring that grows.
     private long[] qRemote = new long[64];
     private int[] qRkey = new int[64];
@@ -117,6 +134,8 @@ final class VerbsChannel implements RdmaChannel {
         slotSeq = new long[credits];
         order = new int[credits];
         free = new int[credits];
+        ring = new int[credits];
+        signalInterval = Math.max(1, credits / 4);
         for (int i = 0; i < credits; i++) {
             free[i] = credits - 1 - i;
         }
@@ -186,8 +205,8 @@ final class VerbsChannel implements RdmaChannel {
                 enqueueLast(batch.remoteAddress(accepted), batch.rkey(accepted), len, localOf(batch, accepted, dst),
                         dst.lkey, batch.requestId(accepted), listener, now, (byte) 0);
             }
-            if (state == OPEN) {
-                drain();
+            if (state == OPEN && deferringThread != Thread.currentThread()) {
+                drain(); // the completion thread, while delivering, posts once when it is done
             }
         } finally {
             lock.unlock();
@@ -322,6 +341,7 @@ final class VerbsChannel implements RdmaChannel {
                 slotReposts[slot] = qReposts[q];
                 slotBusy[slot] = true;
                 slotSeq[slot] = postSeq++;
+                ring[(ringHead + ringSize++) % credits] = slot;
                 qListener[q] = null;
                 qHead = (q + 1) & mask;
                 qSize--;
@@ -331,6 +351,11 @@ final class VerbsChannel implements RdmaChannel {
                 c.lkey[j] = slotLkey[slot];
                 c.remote[j] = slotRemote[slot];
                 c.rkey[j] = slotRkey[slot];
+                boolean signaled = ++unsignaledRun >= signalInterval || j == k - 1;
+                if (signaled) {
+                    unsignaledRun = 0;
+                }
+                c.signaled[j] = signaled;
             }
             try {
                 endpoint.post(c, k);
@@ -342,39 +367,72 @@ final class VerbsChannel implements RdmaChannel {
         }
     }
 
-    /** A work completion, on the device's completion thread. */
+    /**
+     * A work completion, on the device's completion thread: completes, in post order, every outstanding
+     * READ up to the one it names (those before it were posted unsignaled and succeeded), then that one
+     * with its status. Listeners are called without the lock; what they post meanwhile is posted once,
+     * after the last.
+     */
     void onCompletion(QueuePair from, long wrId, int wcStatus) {
-        ReadListener l;
-        long requestId;
-        int len;
-        int status;
-        lock.lock();
+        int target = (int) wrId;
+        int wrEpoch = (int) (wrId >>> 32);
+        Thread me = Thread.currentThread();
+        boolean delivering = false;
         try {
-            if (from != endpoint || (int) (wrId >>> 32) != (epoch & EPOCH_MASK) || state != OPEN) {
-                return; // a completion of a queue pair this channel has already given up
+            while (true) {
+                ReadListener l;
+                long requestId;
+                int len;
+                boolean last;
+                lock.lock();
+                try {
+                    if (from != endpoint || wrEpoch != (epoch & EPOCH_MASK) || state != OPEN) {
+                        return; // a queue pair this channel has given up (before, or while listeners ran)
+                    }
+                    if (target < 0 || target >= credits || !slotBusy[target] || ringSize == 0) {
+                        LOG.warn("completion for unknown work request {} on channel to {}", wrId, peer);
+                        return;
+                    }
+                    int h = ring[ringHead];
+                    if (h == target && wcStatus != WC_SUCCESS) {
+                        onError(target, wcStatus);
+                        return;
+                    }
+                    ringHead = (ringHead + 1) % credits;
+                    ringSize--;
+                    l = slotListener[h];
+                    requestId = slotRequestId[h];
+                    len = slotLength[h];
+                    lastProgressNanos = System.nanoTime();
+                    releaseSlot(h);
+                    node.returnCompletionRoom(1);
+                    last = h == target;
+                    deferringThread = me;
+                    delivering = true;
+                } finally {
+                    lock.unlock();
+                }
+                node.countRead(ReadStatus.SUCCESS, len);
+                deliver(l, requestId, ReadStatus.SUCCESS, len);
+                if (last) {
+                    return;
+                }
             }
-            int slot = (int) wrId;
-            if (slot < 0 || slot >= credits || !slotBusy[slot]) {
-                LOG.warn("completion for unknown work request {} on channel to {}", wrId, peer);
-                return;
-            }
-            if (wcStatus != WC_SUCCESS) {
-                onError(slot, wcStatus);
-                return;
-            }
-            l = slotListener[slot];
-            requestId = slotRequestId[slot];
-            len = slotLength[slot];
-            status = ReadStatus.SUCCESS;
-            lastProgressNanos = System.nanoTime();
-            releaseSlot(slot);
-            node.returnCompletionRoom(1);
-            drain();
         } finally {
-            lock.unlock();
+            if (delivering) {
+                lock.lock();
+                try {
+                    if (deferringThread == me) {
+                        deferringThread = null;
+                    }
+                    if (state == OPEN) {
+                        drain();
+                    }
+                } finally {
+                    lock.unlock();
+                }
+            }
         }
-        node.countRead(status, len);
-        deliver(l, requestId, status, len);
     }
 
     private void releaseSlot(int slot) {
@@ -469,6 +527,8 @@ final class VerbsChannel implements RdmaChannel {
             }
             releaseSlot(s);
         }
+        ringHead = 0;
+        ringSize = 0;
         return n;
     }
 
@@ -675,6 +735,8 @@ final class VerbsChannel implements RdmaChannel {
                 }
             }
             node.returnCompletionRoom(outstanding);
+            ringHead = 0;
+            ringSize = 0;
             while (qSize > 0) {
                 ls.add(qListener[qHead]);
                 ids.add(qRequestId[qHead]);

@@ -70,6 +70,7 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
             for (int j = 0; j < k; j++) {
                 SVCPostSend.SendWRMod wr = c.getWrMod(j);
                 wr.setWr_id(chain.wrId[j]);
+                wr.setSend_flags(chain.signaled[j] ? IbvSendWR.IBV_SEND_SIGNALED : 0);
                 SVCPostSend.SgeMod sge = wr.getSgeMod(0);
                 sge.setAddr(chain.local[j]);
                 sge.setLength(chain.length[j]);

@@ -107,6 +107,11 @@ public final class VerbsNode implements RdmaNode {
     private final LongAdder queuePairsRefused = new LongAdder();
 
     public VerbsNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
+        this(conf, options, VerbsApis.choose(conf.verbsApi()));
+    }
+
+    /** With the device reached through {@code choice} (tests: a device emulated in the JVM). */
+    VerbsNode(RdmaShuffleConf conf, NodeOptions options, VerbsApis.Choice choice) throws IOException {
         this.conf = conf;
         this.userHandler = options.controlHandler();
         this.admissions = options.secret() == null ? null : new HashMap<>();
@@ -122,7 +127,6 @@ public final class VerbsNode implements RdmaNode {
         if (bind.isUnresolved()) {
             throw new TransportException("verbs: cannot resolve bind host " + options.bindHost());
         }
-        VerbsApis.Choice choice = VerbsApis.choose(conf.verbsApi());
         this.timer = Executors.newSingleThreadScheduledExecutor(daemon("rdma-verbs-timer"));
         this.worker = Executors.newCachedThreadPool(daemon("rdma-verbs-worker"));
         VerbsDevice d = null;

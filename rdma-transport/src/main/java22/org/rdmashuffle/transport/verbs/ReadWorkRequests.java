@@ -11,7 +11,8 @@ import java.lang.invoke.MethodHandle;
 /**
  * A queue pair's list of READ work requests ({@code struct ibv_send_wr}, one {@code struct ibv_sge}
  * each), allocated off-heap once and linked once. {@link #post} rewrites the first {@code k}, ends the
- * list after them and calls the provider's {@code post_send} as {@code ibv_post_send} does. Nothing is
+ * list after them (ids, addresses, keys, lengths and whether each is signaled) and calls the provider's
+ * {@code post_send} as {@code ibv_post_send} does. Nothing is
  * allocated per READ. Not thread-safe: its queue pair serialises posts.
  */
 final class ReadWorkRequests implements AutoCloseable {
@@ -87,6 +88,7 @@ final class ReadWorkRequests implements AutoCloseable {
             w.set(JAVA_LONG, b + RdmaCore.WR_WR_ID, chain.wrId[j] | tagBits);
             w.set(JAVA_LONG, b + RdmaCore.WR_RDMA_REMOTE_ADDR, chain.remote[j]);
             w.set(JAVA_INT, b + RdmaCore.WR_RDMA_RKEY, chain.rkey[j]);
+            w.set(JAVA_INT, b + RdmaCore.WR_SEND_FLAGS, chain.signaled[j] ? RdmaCore.IBV_SEND_SIGNALED : 0);
             long g = j * RdmaCore.SGE_SIZE;
             s.set(JAVA_LONG, g + RdmaCore.SGE_ADDR, chain.local[j]);
             s.set(JAVA_INT, g + RdmaCore.SGE_LENGTH, chain.length[j]);

@@ -81,12 +81,13 @@ class ReadWorkRequestsTest {
             c.local[j] = 0x5500_0000_0000L + j * 65536L;
             c.length[j] = 65536 - j;
             c.lkey[j] = 0x4000_0000 | j;
+            c.signaled[j] = (j + seed) % 3 == 0;
         }
         return c;
     }
 
     @Test
-    void shouldHandTheDriverExactlyTheFirstKReadsOfTheChainThenRelinkTheList() throws Exception {
+    void shouldHandTheDriverExactlyTheFirstKReadsOfTheChainWithTheirSignalFlagsThenRelinkTheList() throws Exception {
         try (Arena arena = Arena.ofConfined();
              ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 8, 0)) {
             POSTED.clear();
@@ -103,8 +104,9 @@ class ReadWorkRequestsTest {
                 for (int j = 0; j < ks[p]; j++) {
                     long[] w = seen.get(j);
                     assertEquals(c.wrId[j], w[0], "wr_id");
-                    assertEquals(RdmaCore.IBV_WR_RDMA_READ * 1000L + RdmaCore.IBV_SEND_SIGNALED * 10L + 1, w[1],
-                            "opcode RDMA_READ, signalled, one sge");
+                    long flags = c.signaled[j] ? RdmaCore.IBV_SEND_SIGNALED : 0;
+                    assertEquals(RdmaCore.IBV_WR_RDMA_READ * 1000L + flags * 10L + 1, w[1],
+                            "opcode RDMA_READ, signalled only where the chain says, one sge");
                     assertEquals(c.remote[j], w[2], "remote_addr");
                     assertEquals(c.rkey[j] & 0xFFFFFFFFL, w[3], "rkey");
                     assertEquals(c.local[j], w[4], "sge addr");
