@@ -26,6 +26,8 @@ import org.slf4j.LoggerFactory;
  */
 final class DisniDevice implements VerbsDevice {
     private static final Logger LOG = LoggerFactory.getLogger(DisniDevice.class);
+    /** Ports an rdma_cm listener tries when the ones it picked are TCP ports in use (iWARP). */
+    private static final int LISTEN_ATTEMPTS = 8;
 
     private final VerbsNode node;
     private final RdmaActiveEndpointGroup<VerbsEndpoint> group;
@@ -58,12 +60,28 @@ final class DisniDevice implements VerbsDevice {
             cp.setRnr_retry_count((byte) queuePairs.rnrRetryCount());
             final RdmaActiveEndpointGroup<VerbsEndpoint> fg = g;
             g.init((id, serverSide) -> new VerbsEndpoint(node, this, fg, id, serverSide));
-            l = g.createServerEndpoint();
-            try {
-                l.bind(bind, 256);
-            } catch (Exception e) {
-                throw new TransportException("verbs: cannot listen with rdma_cm on " + bind.getHostString() + ": "
-                        + e.getMessage() + " (is the address on an RDMA device? see `rdma link show`)", e);
+            for (int attempt = 1; ; attempt++) {
+                l = g.createServerEndpoint();
+                try {
+                    l.bind(bind, 256);
+                    break;
+                } catch (Exception e) {
+                    // iWARP listens on a TCP port of the host, while rdma_cm picks ports from its own space:
+                    // the one it chose can belong to a TCP socket. Another endpoint gets another port.
+                    if (bind.getPort() != 0 || attempt == LISTEN_ATTEMPTS) {
+                        throw new TransportException("verbs: cannot listen with rdma_cm on " + bind.getHostString()
+                                + ": " + e.getMessage() + (attempt > 1 ? " (" + attempt + " ports tried)" : "")
+                                + " (is the address on an RDMA device? see `rdma link show`)", e);
+                    }
+                    LOG.debug("verbs: listening on {} failed ({}); trying another port", bind, e.toString());
+                    RdmaServerEndpoint<VerbsEndpoint> failed = l;
+                    l = null;
+                    try {
+                        failed.close();
+                    } catch (Exception closing) {
+                        LOG.debug("verbs: closing a listener that failed", closing);
+                    }
+                }
             }
             IbvPd p = l.getPd();
             if (p == null) {

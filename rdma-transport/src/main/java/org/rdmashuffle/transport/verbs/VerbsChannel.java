@@ -52,6 +52,8 @@ final class VerbsChannel implements RdmaChannel {
     private static final int OPEN = 0;
     private static final int RECOVERING = 1;
     private static final int CLOSED = 2;
+    /** A post failed: nothing more is posted or completed on this queue pair; the channel fails next. */
+    private static final int FAILING = 3;
     /** The bits of the epoch a work request id carries (bits 32..55; the top byte belongs to the queue pair). */
     private static final int EPOCH_MASK = 0xFF_FFFF;
     /** A READ flushed by another READ's error is posted again at most this many times. */
@@ -68,6 +70,8 @@ final class VerbsChannel implements RdmaChannel {
     // Guarded by lock.
     private int state = OPEN;
     private QueuePair endpoint;
+    /** The failed queue pair while recovery has not closed it yet (READs may still land through it). */
+    private QueuePair retiring;
     private int epoch;
     private final ReadChain readChain;
     // Outstanding READs, by slot (the low half of the work request id; the high half is the epoch).
@@ -360,7 +364,21 @@ final class VerbsChannel implements RdmaChannel {
             try {
                 endpoint.post(c, k);
             } catch (IOException e) {
-                // Nothing of this chain is known to be posted: the READs stay ours and fail with the channel.
+                // post_send may have taken a prefix of the chain, or none of it. None of it may be completed by a
+                // later completion (the ring would say it succeeded): it leaves the ring for the queue, the queue
+                // pair's completions stop counting, and the channel fails (closing the queue pair before any
+                // listener hears).
+                ringSize -= k;
+                for (int j = k - 1; j >= 0; j--) {
+                    int slot = (int) c.wrId[j];
+                    enqueueFirst(slotRemote[slot], slotRkey[slot], slotLength[slot], slotLocal[slot], slotLkey[slot],
+                            slotRequestId[slot], slotListener[slot], slotPostNanos[slot], slotReposts[slot]);
+                    releaseSlot(slot);
+                }
+                node.returnCompletionRoom(k);
+                unsignaledRun = 0;
+                epoch++;
+                state = FAILING;
                 failLater(ReadStatus.CONNECTION_LOST, "posting READs failed: " + e.getMessage());
                 return;
             }
@@ -483,6 +501,7 @@ final class VerbsChannel implements RdmaChannel {
         endpoint = null;
         if (old != null) {
             old.channel(null);
+            retiring = old;
         }
         LOG.info("queue pair to {} failed ({}); {} READs will be posted again on a new one{}", peer, cause, requeued,
                 suspect == null ? "" : " after the peer says whether READ " + suspect.describe() + " was valid");
@@ -540,6 +559,14 @@ final class VerbsChannel implements RdmaChannel {
     private void recover(QueuePair old, Suspect suspect, String cause) {
         if (old != null) {
             old.closeQuietly();
+            lock.lock();
+            try {
+                if (retiring == old) {
+                    retiring = null;
+                }
+            } finally {
+                lock.unlock();
+            }
         }
         if (suspect != null) {
             int why;
@@ -718,6 +745,7 @@ final class VerbsChannel implements RdmaChannel {
         List<ReadListener> ls = new ArrayList<>();
         List<Long> ids = new ArrayList<>();
         QueuePair ep;
+        QueuePair old;
         lock.lock();
         try {
             if (state == CLOSED) {
@@ -746,6 +774,8 @@ final class VerbsChannel implements RdmaChannel {
             }
             ep = endpoint;
             endpoint = null;
+            old = retiring;
+            retiring = null;
             if (ls.isEmpty() && status != ReadStatus.CHANNEL_CLOSED) {
                 LOG.info("channel to {} closed: {}", peer, why);
             }
@@ -760,6 +790,9 @@ final class VerbsChannel implements RdmaChannel {
         if (ep != null) {
             ep.channel(null);
             ep.closeQuietly();
+        }
+        if (old != null) {
+            old.closeQuietly(); // recovery had not closed it yet: no READ may land once its listener hears
         }
         for (int i = 0; i < ls.size(); i++) {
             node.countRead(status, 0);

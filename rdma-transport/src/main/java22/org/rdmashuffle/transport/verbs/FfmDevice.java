@@ -37,6 +37,15 @@ import org.slf4j.LoggerFactory;
  */
 final class FfmDevice implements VerbsDevice {
     private static final Logger LOG = LoggerFactory.getLogger(FfmDevice.class);
+    /** errno EADDRINUSE (Linux). */
+    private static final int EADDRINUSE = 98;
+    /**
+     * Accepted queue pairs that may wait for their connection at once; further connect requests are
+     * refused, so that a flood of requests that never complete cannot take every queue pair of the device.
+     */
+    private static final int MAX_PENDING_ACCEPTS = 256;
+    /** Ports an rdma_cm listener tries when the ones it picked are TCP ports in use (iWARP). */
+    private static final int LISTEN_ATTEMPTS = 8;
     /** Work completions taken per ibv_poll_cq call. */
     private static final int WC_BATCH = 32;
     /** Completion events acknowledged together (ibv_ack_cq_events takes a mutex). */
@@ -84,6 +93,8 @@ final class FfmDevice implements VerbsDevice {
     /** Client queue pairs by qp_num, read by the completion thread without locking or boxing. */
     private final QpTable byQpNum = new QpTable();
     private final Set<FfmQueuePair> accepted = ConcurrentHashMap.newKeySet();
+    /** Connect requests refused for too many pending accepts (the cm thread's). */
+    private long refusedFloods;
     private final Thread cmThread;
     private final Thread cqThread;
     private volatile boolean closed;
@@ -145,9 +156,29 @@ final class FfmDevice implements VerbsDevice {
             }
             responderResources = Math.max(1, Math.min(queuePairs.readDepth(), maxRdAtom));
             initiatorDepth = Math.max(1, Math.min(queuePairs.readDepth(), maxInitRdAtom));
-            if ((int) core.listen.invokeExact(state(), RdmaCore.at(listenId), 256) != 0) {
-                throw new TransportException("verbs: rdma_listen on " + bind.getHostString() + " failed: "
-                        + core.lastError());
+            for (int attempt = 1; (int) core.listen.invokeExact(state(), RdmaCore.at(listenId), 256) != 0; attempt++) {
+                int errno = RdmaCore.lastErrno();
+                if (errno != EADDRINUSE || bind.getPort() != 0 || attempt == LISTEN_ATTEMPTS) {
+                    throw new TransportException("verbs: rdma_listen on " + bind.getHostString() + " failed: "
+                            + core.describe(errno) + (errno == EADDRINUSE && bind.getPort() == 0 ? " on " + attempt
+                            + " ports rdma_cm chose (on iWARP each is also a TCP port of the host)" : ""));
+                }
+                // iWARP listens on a TCP port of the host, while rdma_cm picks ports from its own space: the
+                // one it chose can belong to a TCP socket. Another id gets another port.
+                LOG.debug("verbs: rdma_cm port on {} is in use as a TCP port; listening on another", bind);
+                long taken = listenId;
+                check((int) core.createId.invokeExact(state(), eventChannel, idOut, MemorySegment.NULL,
+                        RdmaCore.RDMA_PS_TCP), "rdma_create_id");
+                listenId = idOut.get(ADDRESS, 0).address();
+                call(() -> {
+                    int r = (int) core.destroyId.invokeExact(RdmaCore.at(taken));
+                });
+                try (Arena a = Arena.ofConfined()) {
+                    if ((int) core.bindAddr.invokeExact(state(), RdmaCore.at(listenId), sockaddr(a, bind)) != 0) {
+                        throw new TransportException("verbs: cannot listen with rdma_cm on " + bind.getHostString()
+                                + ": " + core.lastError());
+                    }
+                }
             }
             InetSocketAddress local = readSockaddr(listenId + RdmaCore.ID_SRC_ADDR);
             if (local == null || local.getPort() <= 0) {
@@ -509,6 +540,17 @@ final class FfmDevice implements VerbsDevice {
         accepted.remove(qp);
     }
 
+    /** Accepted queue pairs whose connection is not established yet (each is aborted after connectTimeout). */
+    private int pendingAccepts() {
+        int n = 0;
+        for (FfmQueuePair qp : byId.values()) {
+            if (qp.serverSide() && !accepted.contains(qp)) {
+                n++;
+            }
+        }
+        return n;
+    }
+
     /** An accepted queue pair went away: closed off the connection-manager thread. */
     void acceptedGone(FfmQueuePair qp) {
         if (accepted.remove(qp) || !closed) {
@@ -597,7 +639,13 @@ final class FfmDevice implements VerbsDevice {
     private void onConnectRequest(long id) {
         InetSocketAddress from = readSockaddr(id + RdmaCore.ID_DST_ADDR);
         synchronized (listenerLock) {
-            if (!accepting || from == null || !node.mayAccept(from.getAddress())) {
+            boolean flooded = pendingAccepts() >= MAX_PENDING_ACCEPTS;
+            if (flooded && refusedFloods++ % 1000 == 0) {
+                LOG.warn("verbs: {} queue pairs accepted on {} have not connected yet; refusing connect requests "
+                        + "(from {}, {} so far) until they connect or time out", MAX_PENDING_ACCEPTS, name, from,
+                        refusedFloods);
+            }
+            if (flooded || !accepting || from == null || !node.mayAccept(from.getAddress())) {
                 call(() -> {
                     int r = (int) core.reject.invokeExact(RdmaCore.at(id), MemorySegment.NULL, (byte) 0);
                     r = (int) core.destroyId.invokeExact(RdmaCore.at(id));

@@ -209,7 +209,7 @@ final class FfmQueuePair implements QueuePair {
                     case RdmaCore.EV_CONNECT_ERROR:
                     case RdmaCore.EV_UNREACHABLE:
                     case RdmaCore.EV_REJECTED:
-                        connectFailed(eventName(type) + (status != 0 ? " (status " + status + ")" : ""));
+                        connectFailed(eventName(type) + statusText(type, status));
                         break;
                     default:
                         break;
@@ -309,6 +309,25 @@ final class FfmQueuePair implements QueuePair {
             // event (connect response, reject), and that must not meet the queue pair being destroyed.
             device.destroyId(cmId, disconnect, destroyQp);
         }
+    }
+
+    /**
+     * What an rdma_cm event's status says: a negative errno from the kernel, or for a reject the peer's
+     * reason (IB CM reject 28, "consumer defined": the peer's node refused the queue pair).
+     */
+    private String statusText(int type, int status) {
+        if (status == 0) {
+            return "";
+        }
+        if (status < 0) {
+            return " (" + device.core.describe(-status) + ")";
+        }
+        if (type == RdmaCore.EV_REJECTED && status == 28) {
+            return " (status 28: the peer refused the queue pair; it admits only queue pairs its authenticated "
+                    + "peers announce, so check that spark.authenticate is the same on both, or its listener was "
+                    + "closing)";
+        }
+        return " (status " + status + ")";
     }
 
     @Override

@@ -36,6 +36,10 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
     final AtomicLong completions = new AtomicLong();
     /** The number of READs of each post, in post order. */
     final List<Integer> chains = java.util.Collections.synchronizedList(new ArrayList<>());
+    /** When set (a post's number, counted from 0 over every queue pair): that post fails at {@link #failAt}. */
+    volatile int failPost = -1;
+    /** How many READs of the failing post the queue pair takes before post_send reports the error. */
+    volatile int failAt;
 
     VerbsApis.Choice choice() {
         return new VerbsApis.Choice(this, "emulated in the JVM for tests");
@@ -204,8 +208,13 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
             if (destroyed) {
                 throw new IOException("emulated queue pair destroyed");
             }
-            chains.add(k);
-            for (int j = 0; j < k; j++) {
+            int number;
+            synchronized (chains) {
+                number = chains.size();
+                chains.add(k);
+            }
+            int take = number == failPost ? Math.min(failAt, k) : k;
+            for (int j = 0; j < take; j++) {
                 long wrId = chain.wrId[j];
                 long local = chain.local[j];
                 int lkey = chain.lkey[j];
@@ -218,6 +227,9 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
                     signaled.incrementAndGet();
                 }
                 device.cq.execute(() -> execute(wrId, local, lkey, length, remote, rkey, sig));
+            }
+            if (take < k) {
+                throw new IOException("emulated post_send failure at work request " + take + " of " + k);
             }
         }
 
