@@ -57,6 +57,35 @@ class VerbsChannelCompletionTest {
         return served.slice(servedBlock * BLOCK, BLOCK).equals(sink.slice(sinkBlock * BLOCK, BLOCK));
     }
 
+    /** Two nodes on the emulated device: a served region of BLOCKS patterned blocks, a sink, and a channel. */
+    private static final class Link implements AutoCloseable {
+        final VerbsNode server;
+        final VerbsNode client;
+        final ByteBuffer served = served();
+        final ByteBuffer sinkMemory = ByteBuffer.allocateDirect(BLOCK * BLOCKS);
+        final MemoryRegion region;
+        final MemoryRegion sink;
+        final RdmaChannel ch;
+        final RegionDescriptor d;
+
+        Link(EmulatedVerbs device) throws Exception {
+            server = node(device);
+            client = node(device);
+            region = server.register(served, RegionAccess.REMOTE_READ);
+            sink = client.register(sinkMemory, RegionAccess.READ_SINK);
+            ch = client.connect(server.localAddress());
+            d = region.descriptor();
+        }
+
+        @Override
+        public void close() throws Exception {
+            sink.close();
+            region.close();
+            client.close();
+            server.close();
+        }
+    }
+
     /** Records completions in the order they come. */
     private static final class Recorder implements ReadListener {
         final List<long[]> seen = new ArrayList<>();
@@ -81,27 +110,21 @@ class VerbsChannelCompletionTest {
     @Timeout(60)
     void shouldCompleteEveryReadInPostOrderWithItsBytesWhileSignalingAQuarterOfThem() throws Exception {
         EmulatedVerbs device = new EmulatedVerbs();
-        try (VerbsNode server = node(device); VerbsNode client = node(device)) {
-            ByteBuffer served = served();
-            MemoryRegion region = server.register(served, RegionAccess.REMOTE_READ);
-            ByteBuffer sinkMemory = ByteBuffer.allocateDirect(BLOCK * BLOCKS);
-            MemoryRegion sink = client.register(sinkMemory, RegionAccess.READ_SINK);
-            RdmaChannel ch = client.connect(server.localAddress());
-            RegionDescriptor d = region.descriptor();
+        try (Link l = new Link(device)) {
             ReadBatch batch = new ReadBatch(BLOCKS);
             for (int i = 0; i < BLOCKS; i++) {
                 int from = (i * 7) % BLOCKS; // a permutation: each block lands elsewhere
-                batch.add(d.address() + (long) from * BLOCK, d.rkey(), BLOCK, sink, i * BLOCK, i);
+                batch.add(l.d.address() + (long) from * BLOCK, l.d.rkey(), BLOCK, l.sink, i * BLOCK, i);
             }
             Recorder r = new Recorder(BLOCKS);
-            ch.post(batch, r);
+            l.ch.post(batch, r);
             assertTrue(r.done.await(30, TimeUnit.SECONDS), "every READ completes");
             List<long[]> seen = r.seen();
             for (int i = 0; i < BLOCKS; i++) {
                 assertEquals(i, seen.get(i)[0], "completion " + i + " is READ " + i + " (post order)");
                 assertEquals(ReadStatus.SUCCESS, seen.get(i)[1]);
                 assertEquals(BLOCK, seen.get(i)[2]);
-                assertTrue(sameBlock(served, (i * 7) % BLOCKS, sinkMemory, i), "bytes of READ " + i);
+                assertTrue(sameBlock(l.served, (i * 7) % BLOCKS, l.sinkMemory, i), "bytes of READ " + i);
             }
             assertEquals(BLOCKS, device.posted.get());
             // 64 READs through a window of 16: one in four asks for a completion (the chain of the first 16,
@@ -109,8 +132,6 @@ class VerbsChannelCompletionTest {
             assertTrue(device.signaled.get() < BLOCKS / 2 && device.chains.size() < BLOCKS / 2,
                     device.signaled.get() + " of " + BLOCKS + " READs signaled in " + device.chains.size() + " posts");
             assertEquals(device.signaled.get(), device.completions.get(), "only signaled READs made completions");
-            sink.close();
-            region.close();
         }
     }
 
@@ -119,13 +140,7 @@ class VerbsChannelCompletionTest {
     void shouldPostWhatListenersPostWhileCompletionsAreDeliveredAsOneChain() throws Exception {
         EmulatedVerbs device = new EmulatedVerbs();
         int total = 2000;
-        try (VerbsNode server = node(device); VerbsNode client = node(device)) {
-            ByteBuffer served = served();
-            MemoryRegion region = server.register(served, RegionAccess.REMOTE_READ);
-            ByteBuffer sinkMemory = ByteBuffer.allocateDirect(BLOCK * BLOCKS);
-            MemoryRegion sink = client.register(sinkMemory, RegionAccess.READ_SINK);
-            RdmaChannel ch = client.connect(server.localAddress());
-            RegionDescriptor d = region.descriptor();
+        try (Link l = new Link(device)) {
             AtomicInteger next = new AtomicInteger();
             AtomicInteger bad = new AtomicInteger();
             CountDownLatch done = new CountDownLatch(total);
@@ -134,7 +149,7 @@ class VerbsChannelCompletionTest {
             self[0] = (id, status, len) -> {
                 // READ n brings block n % BLOCKS into slot n % BLOCKS; it must come after READ n - 1.
                 if (status != ReadStatus.SUCCESS || id != lastId[0] + 1
-                        || !sameBlock(served, (int) (id % BLOCKS), sinkMemory, (int) (id % BLOCKS))) {
+                        || !sameBlock(l.served, (int) (id % BLOCKS), l.sinkMemory, (int) (id % BLOCKS))) {
                     bad.incrementAndGet();
                 }
                 lastId[0] = id;
@@ -142,21 +157,23 @@ class VerbsChannelCompletionTest {
                 if (n < total) {
                     try {
                         int b = n % BLOCKS;
-                        ch.post(new ReadBatch(1).add(d.address() + (long) b * BLOCK, d.rkey(), BLOCK, sink, b * BLOCK, n),
-                                self[0]);
+                        ReadBatch one = new ReadBatch(1)
+                                .add(l.d.address() + (long) b * BLOCK, l.d.rkey(), BLOCK, l.sink, b * BLOCK, n);
+                        l.ch.post(one, self[0]);
                     } catch (Exception e) {
                         bad.incrementAndGet();
                     }
                 }
                 done.countDown();
             };
-            // Block b of the sink is first zeroed, so a READ that wrote nothing shows.
+            // The sink starts zeroed (a fresh direct buffer), so a READ that wrote nothing shows.
             ReadBatch start = new ReadBatch(WINDOW);
             for (int i = 0; i < WINDOW; i++) {
                 int n = next.getAndIncrement();
-                start.add(d.address() + (long) (n % BLOCKS) * BLOCK, d.rkey(), BLOCK, sink, (n % BLOCKS) * BLOCK, n);
+                int b = n % BLOCKS;
+                start.add(l.d.address() + (long) b * BLOCK, l.d.rkey(), BLOCK, l.sink, b * BLOCK, n);
             }
-            ch.post(start, self[0]);
+            l.ch.post(start, self[0]);
             assertTrue(done.await(30, TimeUnit.SECONDS), "every READ completes");
             assertEquals(0, bad.get(), "READs completed out of order, failed or with wrong bytes");
             int longest = 0;
@@ -168,8 +185,6 @@ class VerbsChannelCompletionTest {
             assertTrue(longest > 1, "READs posted from listeners were chained (longest later chain " + longest + ")");
             assertTrue(device.chains.size() < total / 2, device.chains.size() + " posts for " + total + " READs");
             assertTrue(device.signaled.get() < total / 2, device.signaled.get() + " of " + total + " READs signaled");
-            sink.close();
-            region.close();
         }
     }
 
@@ -179,26 +194,20 @@ class VerbsChannelCompletionTest {
         EmulatedVerbs device = new EmulatedVerbs();
         int n = 12;
         int broken = 5; // unsignaled: the window of 16 signals READs 3, 7, 11
-        try (VerbsNode server = node(device); VerbsNode client = node(device)) {
-            ByteBuffer served = served();
-            MemoryRegion region = server.register(served, RegionAccess.REMOTE_READ);
-            ByteBuffer sinkMemory = ByteBuffer.allocateDirect(BLOCK * BLOCKS);
-            MemoryRegion sink = client.register(sinkMemory, RegionAccess.READ_SINK);
-            RdmaChannel ch = client.connect(server.localAddress());
-            RegionDescriptor d = region.descriptor();
+        try (Link l = new Link(device)) {
             ReadBatch batch = new ReadBatch(n);
             for (int i = 0; i < n; i++) {
-                int rkey = i == broken ? d.rkey() + 977 : d.rkey(); // a key the server never gave out
-                batch.add(d.address() + (long) i * BLOCK, rkey, BLOCK, sink, i * BLOCK, i);
+                int rkey = i == broken ? l.d.rkey() + 977 : l.d.rkey(); // a key the server never gave out
+                batch.add(l.d.address() + (long) i * BLOCK, rkey, BLOCK, l.sink, i * BLOCK, i);
             }
             Recorder r = new Recorder(n);
-            ch.post(batch, r);
+            l.ch.post(batch, r);
             assertTrue(r.done.await(30, TimeUnit.SECONDS), "every READ completes");
             List<long[]> seen = r.seen();
             for (int i = 0; i < broken; i++) {
                 assertEquals(i, seen.get(i)[0], "the READs before the failed one complete first, in order");
                 assertEquals(ReadStatus.SUCCESS, seen.get(i)[1]);
-                assertTrue(sameBlock(served, i, sinkMemory, i), "bytes of READ " + i);
+                assertTrue(sameBlock(l.served, i, l.sinkMemory, i), "bytes of READ " + i);
             }
             int brokenStatus = -1;
             for (long[] s : seen) {
@@ -206,14 +215,12 @@ class VerbsChannelCompletionTest {
                     brokenStatus = (int) s[1];
                 } else {
                     assertEquals(ReadStatus.SUCCESS, s[1], "READ " + s[0] + " (flushed, then posted again)");
-                    assertTrue(sameBlock(served, (int) s[0], sinkMemory, (int) s[0]), "bytes of READ " + s[0]);
+                    assertTrue(sameBlock(l.served, (int) s[0], l.sinkMemory, (int) s[0]), "bytes of READ " + s[0]);
                 }
             }
             assertEquals(ReadStatus.UNKNOWN_KEY, brokenStatus, "the failed READ completes with the peer's reason");
             assertNotEquals(1, device.chains.size(), "the flushed READs went out again on a new queue pair");
-            assertTrue(ch.isOpen(), "the channel goes on after one invalid READ");
-            sink.close();
-            region.close();
+            assertTrue(l.ch.isOpen(), "the channel goes on after one invalid READ");
         }
     }
 
@@ -223,28 +230,22 @@ class VerbsChannelCompletionTest {
         EmulatedVerbs device = new EmulatedVerbs();
         device.failPost = 0; // the channel's first post: the queue pair takes 2 of its 8 READs, then fails
         device.failAt = 2;
-        try (VerbsNode server = node(device); VerbsNode client = node(device)) {
-            ByteBuffer served = served();
-            MemoryRegion region = server.register(served, RegionAccess.REMOTE_READ);
-            ByteBuffer sinkMemory = ByteBuffer.allocateDirect(BLOCK * BLOCKS);
-            MemoryRegion sink = client.register(sinkMemory, RegionAccess.READ_SINK);
-            RdmaChannel ch = client.connect(server.localAddress());
-            RegionDescriptor d = region.descriptor();
+        try (Link l = new Link(device)) {
             Recorder r = new Recorder(12);
             ReadBatch first = new ReadBatch(8);
             for (int i = 0; i < 8; i++) {
-                first.add(d.address() + (long) i * BLOCK, d.rkey(), BLOCK, sink, i * BLOCK, i);
+                first.add(l.d.address() + (long) i * BLOCK, l.d.rkey(), BLOCK, l.sink, i * BLOCK, i);
             }
-            ch.post(first, r);
+            l.ch.post(first, r);
             // Straight after: were this chain posted, its signaled completion would complete the first one too.
             // (Whether it would come before the channel fails is a race this test does not force: it checks the
             // outcome, that no READ of the failed post is ever reported as succeeded.)
             ReadBatch second = new ReadBatch(4);
             for (int i = 8; i < 12; i++) {
-                second.add(d.address() + (long) i * BLOCK, d.rkey(), BLOCK, sink, i * BLOCK, i);
+                second.add(l.d.address() + (long) i * BLOCK, l.d.rkey(), BLOCK, l.sink, i * BLOCK, i);
             }
             try {
-                ch.post(second, r);
+                l.ch.post(second, r);
             } catch (org.rdmashuffle.transport.TransportException closed) {
                 for (int i = 8; i < 12; i++) {
                     r.onReadComplete(i, closed.status(), 0); // the channel failed first: refused outright
@@ -257,8 +258,6 @@ class VerbsChannelCompletionTest {
                 }
             }
             assertEquals(12, r.seen().size());
-            sink.close();
-            region.close();
         }
     }
 }
