@@ -237,9 +237,8 @@ class VerbsChannelCompletionTest {
                 first.add(l.d.address() + (long) i * BLOCK, l.d.rkey(), BLOCK, l.sink, i * BLOCK, i);
             }
             l.ch.post(first, r);
-            // Straight after: were this chain posted, its signaled completion would complete the first one too.
-            // (Whether it would come before the channel fails is a race this test does not force: it checks the
-            // outcome, that no READ of the failed post is ever reported as succeeded.)
+            // Straight after, before the channel has failed (that runs on another thread): were this chain
+            // posted, its signaled completion would complete the first one's unposted READs too.
             ReadBatch second = new ReadBatch(4);
             for (int i = 8; i < 12; i++) {
                 second.add(l.d.address() + (long) i * BLOCK, l.d.rkey(), BLOCK, l.sink, i * BLOCK, i);
@@ -258,6 +257,7 @@ class VerbsChannelCompletionTest {
                 }
             }
             assertEquals(12, r.seen().size());
+            assertEquals(1, device.chains.size(), "nothing more is posted on a queue pair whose post failed");
         }
     }
 }
