@@ -82,7 +82,16 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 metrics).read();
     }
 
+    /**
+     * The {@code FetchFailedException} for a block. A remote block's failure (lost peer, lying metadata, a
+     * failed stream window, corrupt bytes) also forgets what this executor cached of that peer's node for
+     * this shuffle, so that a rerun READs its table and metadata afresh.
+     */
     private RuntimeException fetchFailed(Origin o, FetchFailure f) {
+        ExecutorRuntime rt;
+        if (o.peer() != null && (rt = manager.runtime()) != null) {
+            rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
+        }
         return SparkInterop.sneakyThrow(SparkInterop.fetchFailed(o.address(), handle.shuffleId(), o.blockId().mapId(),
                 o.mapIndex(), o.blockId().reduceId(), f));
     }
@@ -409,8 +418,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 return null;
             } catch (FetchFailure f) { // the peer's fault; this executor's own is a BufferPoolException
                 Origin o = blame(f);
-                rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
                 if (sparkAfterFailure) {
+                    rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId()); // fetchFailed does it otherwise
                     rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone
                     // An external shuffle service serves every executor's files, also of one that just went
                     // (released by dynamic allocation, killed): the rest comes through Spark's client.
@@ -560,9 +569,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             private RuntimeException failed(BlockFetcher.StreamFailed e) {
                 Origin o = origin;
                 releaseCurrent(); // every window buffer back now
-                // as a failed non-streamed fetch: the peer's cached table and metadata are not trusted again
-                rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
-                return fetchFailed(o, e.failure());
+                return fetchFailed(o, e.failure()); // forgets the peer's cached table and metadata too
             }
 
             @Override
