@@ -130,10 +130,11 @@ wire_start() {  # $1=file; the first sample is taken before the tool starts
   wire_pid=$!
 }
 wire_stop() { kill "$wire_pid" 2>/dev/null; wait "$wire_pid" 2>/dev/null; wire_sample >> "$wire_file"; }
-wire_rate() {  # $1=file -> "bytes=N mibps=X"
+wire_rate() {  # $1=file [$2=from $3=to, wall-clock seconds: only intervals inside them] -> "bytes=N mibps=X"
   local total rate
   total=$(awk 'NR == 1 {b0 = $2} {b = $2} END {print b - b0}' "$1")
-  rate=$(awk 'NR > 1 && $1 > pt {print ($2 - pb) / ($1 - pt) / 1048576} {pt = $1; pb = $2}' "$1" \
+  rate=$(awk -v from="${2:-0}" -v to="${3:-1e12}" \
+         'NR > 1 && $1 > pt && pt >= from && $1 <= to {print ($2 - pb) / ($1 - pt) / 1048576} {pt = $1; pb = $2}' "$1" \
          | awk '{r[NR] = $1; if ($1 > max) max = $1} END {for (i = 1; i <= NR; i++) if (r[i] > max / 10) print r[i]}' \
          | median)
   echo "bytes=$total mibps=$rate"
@@ -212,7 +213,10 @@ verbs_read_run() {  # $1=size $2=iterations $3=label [$4=JVM option] -> sets VB_
   VB_BW=$(grep '^RESULT' "/tmp/verbs-read-$3.log" | sed 's/.*MiB\/s=//')
   VB_CHECKED=$(grep '^RESULT' "/tmp/verbs-read-$3.log" | grep -o 'checked=[0-9]*')
   [ -n "$VB_BW" ] || return 1
-  VB_WIRE=$(wire_rate "/tmp/wire-$3.txt")
+  # the wire's rate while the timed READs ran: the JVM's warm-up READs (a quarter as many, JIT still
+  # compiling under emulation) are on the wire too, and ib_read_bw has no warm-up to leave out
+  local timed; timed=$(grep '^RESULT' "/tmp/verbs-read-$3.log" | grep -o 'timed=[0-9.]*-[0-9.]*' | sed 's/timed=//')
+  VB_WIRE=$(wire_rate "/tmp/wire-$3.txt" "${timed%-*}" "${timed#*-}")
 }
 
 if wants bench; then

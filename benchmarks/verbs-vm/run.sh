@@ -20,7 +20,7 @@
 # target/verbs-vm (VERBS_VM_WORK), so a second run only builds the project and boots. Settings:
 # VERBS_VM_KERNEL (Debian kernel ABI, default: the one matching linux-source-6.1), VERBS_VM_MEM (6G),
 # VERBS_VM_TIMEOUT (seconds, 3600), VERBS_VM_SPARK_ARGS, VERBS_VM_READ_ITERS (64 KiB READs per size and
-# run, 20000), VERBS_VM_BENCH_ROUNDS (alternating rounds per size, 3), VERBS_VM_BENCH_TARGET (the
+# run, 60000), VERBS_VM_BENCH_ROUNDS (alternating rounds per size, 3), VERBS_VM_BENCH_TARGET (the
 # provider/ib_read_bw ratio reported as met or not, 0.9), VERBS_VM_BENCH_TOOLS ("ib verbs", and verbs-disni
 # with ffm and LIBDISNI_DIR; add
 # verbs-nocheck for a diagnosis run without the byte check), VERBS_VM_FETCH_ARGS (GuestFetchJob's
@@ -192,7 +192,7 @@ CP='$cp_all'
 CONSOLE='$console'
 PARTS='$parts'
 SPARK_ARGS='${VERBS_VM_SPARK_ARGS:---records 200000 --partitions 4 --rounds 1}'
-READ_ITERS='${VERBS_VM_READ_ITERS:-20000}'
+READ_ITERS='${VERBS_VM_READ_ITERS:-60000}'
 BENCH_TOOLS='${VERBS_VM_BENCH_TOOLS:-$bench_tools}'
 BENCH_ROUNDS='${VERBS_VM_BENCH_ROUNDS:-3}'
 BENCH_TARGET='${VERBS_VM_BENCH_TARGET:-0.9}'
