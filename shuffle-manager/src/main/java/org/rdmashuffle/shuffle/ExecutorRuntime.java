@@ -55,6 +55,8 @@ final class ExecutorRuntime implements AutoCloseable {
             new java.util.concurrent.atomic.AtomicBoolean();
     private final LongAdder unregisteredOutputBytes = new LongAdder();
     private final LongAdder blocksViaSpark = new LongAdder();
+    /** Peers whose cached node address, table and metadata were dropped after a failed fetch from them. */
+    private final LongAdder peersForgotten = new LongAdder();
     private final java.util.concurrent.atomic.AtomicBoolean warnedUnregistered =
             new java.util.concurrent.atomic.AtomicBoolean();
 
@@ -303,6 +305,7 @@ final class ExecutorRuntime implements AutoCloseable {
      * attempt (after Spark reran the lost maps) looks everything up afresh.
      */
     void forgetPeer(String executorId, NodeAddress peer, int shuffleId) {
+        peersForgotten.increment();
         directory.invalidate(executorId);
         if (peer != null) {
             remoteTables.remove(peer + "#" + shuffleId);
@@ -349,7 +352,7 @@ final class ExecutorRuntime implements AutoCloseable {
     RdmaShuffleManager.ExecutorStats stats() {
         return new RdmaShuffleManager.ExecutorStats(executorId, node.stats(), pool.stats(), List.copyOf(tables.keySet()),
                 registeredOutputBytes(), controlBytesRead.sum(), unregisteredOutputs.sum(),
-                unregisteredOutputBytes.sum(), receiveMemoryFallbacks.sum(), blocksViaSpark.sum());
+                unregisteredOutputBytes.sum(), receiveMemoryFallbacks.sum(), blocksViaSpark.sum(), peersForgotten.sum());
     }
 
     @Override

@@ -65,7 +65,8 @@ public final class RdmaShuffleManager implements ShuffleManager {
      */
     public record ExecutorStats(String executorId, NodeStats node, BufferPoolStats pool, List<Integer> shuffles,
                                 long registeredOutputBytes, long controlBytesRead, long unregisteredOutputs,
-                                long unregisteredOutputBytes, long receiveMemoryFallbacks, long blocksViaSpark)
+                                long unregisteredOutputBytes, long receiveMemoryFallbacks, long blocksViaSpark,
+                                long peersForgotten)
             implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
     }
@@ -268,6 +269,11 @@ public final class RdmaShuffleManager implements ShuffleManager {
      *
      * @throws IllegalStateException when the transport cannot start and the policy is {@code never}
      */
+    /** The executor's runtime if it has started, else null; never starts it (for error paths). */
+    ExecutorRuntime startedRuntime() {
+        return runtime;
+    }
+
     ExecutorRuntime runtime() {
         ExecutorRuntime rt = runtime;
         if (rt != null || runtimeFailure != null) {

@@ -61,6 +61,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
      * Where a block comes from, for metrics and for the FetchFailedException that names it, and the size
      * the MapOutputTracker reports for it.
      */
+    /** A block to read; {@code peer} is its executor's node, null for a local block (or before it is looked up). */
     private record Origin(BlockManagerId address, NodeAddress peer, ShuffleBlockId blockId, int mapIndex,
                           long reportedBytes, Tuple3<BlockId, Object, Object> tracked) {
     }
@@ -83,13 +84,15 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
     }
 
     /**
-     * The {@code FetchFailedException} for a block. A remote block's failure (lost peer, lying metadata, a
-     * failed stream window, corrupt bytes) also forgets what this executor cached of that peer's node for
-     * this shuffle, so that a rerun READs its table and metadata afresh.
+     * The {@code FetchFailedException} for a block. When the block was being READ (its origin names the
+     * peer's node: lost peer, lying metadata, a failed stream window, corrupt bytes), this executor also
+     * forgets what it cached of that node: the directory's address of the executor, and the node's output
+     * table and metadata for this shuffle, so that a rerun asks and READs them afresh. Never starts the
+     * runtime (it may be stopping).
      */
     private RuntimeException fetchFailed(Origin o, FetchFailure f) {
         ExecutorRuntime rt;
-        if (o.peer() != null && (rt = manager.runtime()) != null) {
+        if (o.peer() != null && (rt = manager.startedRuntime()) != null) {
             rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
         }
         return SparkInterop.sneakyThrow(SparkInterop.fetchFailed(o.address(), handle.shuffleId(), o.blockId().mapId(),

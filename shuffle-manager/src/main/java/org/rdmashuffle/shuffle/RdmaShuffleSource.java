@@ -64,6 +64,7 @@ final class RdmaShuffleSource implements Source {
         // What readers took through Spark's own path instead of READs.
         gauge("fallback.receiveMemoryTasks", s -> s.receiveMemoryFallbacks());
         gauge("fallback.blocksViaSpark", s -> s.blocksViaSpark());
+        gauge("fetch.peersForgotten", s -> s.peersForgotten());
         if (directoryNodes != null) {
             registry.register("driver.directoryNodes", (Gauge<Long>) () -> (long) directoryNodes.get());
             registry.register("driver.everyShuffleViaSpark", (Gauge<Long>) () -> driverFallback);

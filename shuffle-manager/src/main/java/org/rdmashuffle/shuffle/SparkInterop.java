@@ -87,7 +87,16 @@ public final class SparkInterop {
         }
     }
 
+    /**
+     * An undeclared exception out of Spark's stream wrappers: an IOException is the block's (corrupt or
+     * unreadable bytes); a {@code FetchFailedException} thrown by the stream underneath (a streamed block's
+     * window that failed) passes through as it is, so that it fails the fetch instead of being taken for
+     * corruption and READ again.
+     */
     private static IOException asIOException(Exception e) {
+        if (e instanceof FetchFailedException) {
+            throw sneakyThrow(e);
+        }
         return e instanceof IOException io ? io : new IOException(e);
     }
 

@@ -108,6 +108,10 @@ class RdmaShuffleCorruptionTest {
             if (conf.contains("spark.shuffle.manager")) {
                 long read = cluster.probe().values().stream().mapToLong(p -> p.stats().node().bytesRead()).sum();
                 assertTrue(read > 0, "nothing was READ over the transport");
+                // a corrupt READ block is the peer's fault: its cached table and metadata are not trusted again
+                long forgotten = cluster.probe().values().stream().mapToLong(p -> p.stats().peersForgotten()).sum();
+                assertTrue(forgotten >= cluster.recorder.fetchFailures.size(), forgotten + " peers forgotten after "
+                        + cluster.recorder.fetchFailures.size() + " fetch failures");
             }
             return new ArrayList<>(cluster.recorder.fetchFailures);
         }

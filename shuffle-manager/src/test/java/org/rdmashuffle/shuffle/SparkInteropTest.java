@@ -172,4 +172,44 @@ class SparkInteropTest {
         assertArrayEquals(new int[] {1, 2}, RdmaShuffleReader.runEnds(new long[] {Long.MAX_VALUE, 1}, 8));
         assertArrayEquals(new int[0], RdmaShuffleReader.runEnds(new long[0], 8));
     }
+
+    /** A stream whose bytes cannot come: reading it throws what a streamed block's failed window throws. */
+    private static final class FailedWindow extends java.io.InputStream {
+        final FetchFailedException failure = new FetchFailedException(BlockManagerId.apply("7", "peer", 9, Option.empty()),
+                3, 17L, 2, 4, "window 2 of block shuffle_3_17_4 failed: connection lost", null);
+
+        @Override
+        public int read() {
+            throw SparkInterop.sneakyThrow(failure);
+        }
+
+        @Override
+        public int read(byte[] b, int off, int len) {
+            throw SparkInterop.sneakyThrow(failure);
+        }
+    }
+
+    @ParameterizedTest(name = "encryption {0}, compression {1}")
+    @CsvSource({"true,lz4", "true,off", "false,snappy"})
+    void shouldLetAFailedWindowsFetchFailureThroughDecodingNotTakeItForCorruption(boolean encrypt, String codec) {
+        // Spark's wrappers that read at once (the crypto stream its IV, snappy its header, decoding ahead
+        // into memory) meet the failed window while the reader decodes: it must stay the fetch failure it
+        // is, not an IOException the reader takes for a corrupt block and READs again from a dead peer.
+        SparkConf conf = new SparkConf(false).set("spark.shuffle.compress", Boolean.toString(!codec.equals("off")))
+                .set("spark.io.encryption.enabled", Boolean.toString(encrypt));
+        if (!codec.equals("off")) {
+            conf.set("spark.io.compression.codec", codec);
+        }
+        Option<byte[]> key = encrypt ? Option.apply(new byte[16]) : Option.empty();
+        SerializerManager sm = new SerializerManager(new KryoSerializer(conf), conf, key);
+        ShuffleBlockId block = new ShuffleBlockId(3, 17L, 4);
+        FailedWindow window = new FailedWindow();
+        Throwable thrown = null;
+        try {
+            SparkInterop.decodeAhead(SparkInterop.decoded(sm, block, window), 1 << 20);
+        } catch (Throwable t) {
+            thrown = t;
+        }
+        assertSame(window.failure, thrown, "decoding a block whose window failed threw " + thrown);
+    }
 }
