@@ -3,6 +3,7 @@
 # pair, then the checks of benchmarks/verbs-vm/run.sh. Every line starting with RESULT also goes to
 # $rs_out/summary.txt. Exit code 0 only when every check passed.
 set -u
+export LC_ALL=C           # a dot in $EPOCHREALTIME and in every number the tools print
 source "$rs_out/env.sh"   # ROOT API LIBDISNI JAVA CP CONSOLE SPARK_ARGS PARTS READ_ITERS BENCH_ROUNDS BENCH_TARGET FETCH_JAR FETCH_ARGS
 SIW_IP=10.77.0.1
 RXE_IP=10.78.0.1
@@ -118,9 +119,10 @@ api_used() { local want=java.lang.foreign; [ "$API" = disni ] && want=DiSNI
 
 # Bytes on the wire, the yardstick both tools share: siw's TCP connection to a local address runs over
 # lo (dummy0 is only siw's anchor), so the rx_bytes of lo and dummy0 are sampled every 0.5 s while a tool
-# runs (bash builtins but sleep). wire_rate prints the total and the median rate over the intervals in
-# which data flowed (rate above a tenth of the run's highest), which leaves out start-up, connection
-# set-up and a JVM's warm-up ramp alike.
+# runs (bash builtins but sleep). wire_rate prints the whole run's total and the median rate over the
+# intervals in which data flowed (rate above a tenth of the run's highest), which leaves out start-up
+# and connection set-up; for the provider, only the intervals inside its timed READs count (its
+# RESULT line's timed= bounds), which leaves out its JVM's warm-up READs too.
 wire_sample() { local a b; read -r a < /sys/class/net/lo/statistics/rx_bytes; read -r b < /sys/class/net/dummy0/statistics/rx_bytes
   echo "$EPOCHREALTIME $((a + b))"; }
 wire_start() {  # $1=file; the first sample is taken before the tool starts
@@ -132,12 +134,25 @@ wire_start() {  # $1=file; the first sample is taken before the tool starts
 wire_stop() { kill "$wire_pid" 2>/dev/null; wait "$wire_pid" 2>/dev/null; wire_sample >> "$wire_file"; }
 wire_rate() {  # $1=file [$2=from $3=to, wall-clock seconds: only intervals inside them] -> "bytes=N mibps=X"
   local total rate
-  total=$(awk 'NR == 1 {b0 = $2} {b = $2} END {print b - b0}' "$1")
-  rate=$(awk -v from="${2:-0}" -v to="${3:-1e12}" \
-         'NR > 1 && $1 > pt && pt >= from && $1 <= to {print ($2 - pb) / ($1 - pt) / 1048576} {pt = $1; pb = $2}' "$1" \
-         | awk '{r[NR] = $1; if ($1 > max) max = $1} END {for (i = 1; i <= NR; i++) if (r[i] > max / 10) print r[i]}' \
-         | median)
-  echo "bytes=$total mibps=$rate"
+  total=$(awk 'NR == 1 {b0 = $2} {b = $2} END {printf "%.0f\n", b - b0}' "$1")
+  rate=$(wire_median "$1" "${2:-0}" "${3:-1e12}")
+  if [ "$rate" = none ] && [ -n "${2:-}" ]; then
+    # not one sample interval inside the timed READs (a short run): the whole run's, and it says so
+    echo "bytes=$total (whole run) whole-run mibps=$(wire_median "$1" 0 1e12)"
+  else
+    echo "bytes=$total (whole run) mibps=$rate"
+  fi
+}
+wire_median() {  # $1=file $2=from $3=to -> the median MiB/s of the flowing intervals inside [from, to], or none
+  awk -v from="$2" -v to="$3" \
+      'NR > 1 && $1 > pt && pt >= from && $1 <= to {print ($2 - pb) / ($1 - pt) / 1048576} {pt = $1; pb = $2}' "$1" \
+    | awk '{r[NR] = $1; if ($1 > max) max = $1} END {for (i = 1; i <= NR; i++) if (r[i] > max / 10) print r[i]}' \
+    | median
+}
+wire_keep() {  # $1=wire result $2=median file: appends its rate when there is one
+  local r=${1##*mibps=}
+  [ "$r" != none ] && [ -n "$r" ] && echo "$r" >> "$2"
+  return 0
 }
 median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "none"; else if (NR % 2) printf "%.2f\n", v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
@@ -236,7 +251,7 @@ if wants bench; then
         if [ $tool = ib ]; then
           if ib_read_bw_run $size $iters $label; then
             result "bench siw size=$size round=$round ib_read_bw -e MiB/s=$IB_BW wire: $IB_WIRE"
-            echo "$IB_BW" >> /tmp/bench-ib.txt; echo "$IB_WIRE" | sed 's/.*mibps=//' >> /tmp/bench-ibw.txt
+            echo "$IB_BW" >> /tmp/bench-ib.txt; wire_keep "$IB_WIRE" /tmp/bench-ibw.txt
           else
             fail "bench siw size=$size round=$round: no valid ib_read_bw measurement in $IB_ATTEMPTS attempts"
           fi
@@ -259,7 +274,7 @@ if wants bench; then
         else
           if verbs_read_run $size $iters $label; then
             result "bench siw size=$size round=$round verbs MiB/s=$VB_BW ($VB_CHECKED READs checked byte for byte) wire: $VB_WIRE"
-            echo "$VB_BW" >> /tmp/bench-vb.txt; echo "$VB_WIRE" | sed 's/.*mibps=//' >> /tmp/bench-vbw.txt
+            echo "$VB_BW" >> /tmp/bench-vb.txt; wire_keep "$VB_WIRE" /tmp/bench-vbw.txt
           else
             tail -20 "/tmp/verbs-read-$label.log"
             fail "bench siw size=$size round=$round: the verbs provider's run failed ($(grep -m1 -E 'Exception|Error' "/tmp/verbs-read-$label.log" | cut -c1-300))"
@@ -270,8 +285,13 @@ if wants bench; then
     ib=$(median < /tmp/bench-ib.txt); vb=$(median < /tmp/bench-vb.txt)
     ibw=$(median < /tmp/bench-ibw.txt); vbw=$(median < /tmp/bench-vbw.txt)
     if [ "$ib" != none ] && [ "$vb" != none ]; then
-      ratio=$(echo "scale=3; $vb / $ib" | bc); wratio=$(echo "scale=3; $vbw / $ibw" | bc)
-      met=$(echo "$ratio >= $BENCH_TARGET && $wratio >= $BENCH_TARGET" | bc)
+      ratio=$(echo "scale=3; $vb / $ib" | bc)
+      if [ "$ibw" != none ] && [ "$vbw" != none ]; then
+        wratio=$(echo "scale=3; $vbw / $ibw" | bc)
+        met=$(echo "$ratio >= $BENCH_TARGET && $wratio >= $BENCH_TARGET" | bc)
+      else
+        wratio=none; met=0   # no wire rate for one of the tools: the target is not shown met
+      fi
       result "read-throughput siw size=$size medians of $(wc -l < /tmp/bench-ib.txt)+$(wc -l < /tmp/bench-vb.txt) runs: ib_read_bw -e $ib, verbs $vb MiB/s, ratio $ratio; wire $ibw vs $vbw MiB/s, ratio $wratio; target >= $BENCH_TARGET $([ "$met" = 1 ] && echo met || echo NOT met)"
       if [ -s /tmp/bench-vd.txt ]; then
         vd=$(median < /tmp/bench-vd.txt)
