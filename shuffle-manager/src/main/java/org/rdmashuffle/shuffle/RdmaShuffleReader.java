@@ -349,8 +349,17 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             return SparkInterop.fetchThroughSpark(context, blocks, metrics);
         }
 
+        // hasNext and next run once per record: they stay small, and what happens once per block (open,
+        // fetch, release) lives in advance() and takeUpLanded(), which the JIT leaves out of them. Inlined,
+        // that code made C2 spend 0.4-0.8 s of an executor's CPU compiling hasNext alone (JFR, main job).
         @Override
         public boolean hasNext() {
+            Iterator<Tuple2<Object, Object>> c = current;
+            return c != null && c.hasNext() || advance();
+        }
+
+        /** Moves to the next block that has records (opening, fetching, releasing); false when none is left. */
+        private boolean advance() {
             while (current == null || !current.hasNext()) {
                 if (block != null && nextSlice < sliceOrigins.size()) {
                     closeStreams();
@@ -388,12 +397,18 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             metrics.incRecordsRead(1);
             if (localStream != null && !readsAbandoned
                     && (fetcher.hasLanded() || ++localRecords == LOCAL_RECORDS_PER_PROGRESS)) {
-                // A large local block must not hold back the remote ones' next READs (slot, metadata, data):
-                // take up what landed at once, and look for freed pool room now and then. No allocation.
-                localRecords = 0;
-                progressFetcher();
+                takeUpLanded();
             }
             return current.next();
+        }
+
+        /**
+         * A large local block must not hold back the remote ones' next READs (slot, metadata, data): takes up
+         * what landed at once, and looks for freed pool room now and then. No allocation.
+         */
+        private void takeUpLanded() {
+            localRecords = 0;
+            progressFetcher();
         }
 
         private Iterator<Tuple2<Object, Object>> openLocal(Origin o) {
