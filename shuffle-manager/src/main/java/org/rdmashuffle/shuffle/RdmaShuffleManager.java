@@ -263,17 +263,17 @@ public final class RdmaShuffleManager implements ShuffleManager {
         }
     }
 
+    /** The executor's runtime if it has started, else null; never starts it (for error paths). */
+    ExecutorRuntime startedRuntime() {
+        return runtime;
+    }
+
     /**
      * This executor's runtime, started on first use; null when its transport could not start and the
      * fallback policy is {@code auto} (logged once, with the reason).
      *
      * @throws IllegalStateException when the transport cannot start and the policy is {@code never}
      */
-    /** The executor's runtime if it has started, else null; never starts it (for error paths). */
-    ExecutorRuntime startedRuntime() {
-        return runtime;
-    }
-
     ExecutorRuntime runtime() {
         ExecutorRuntime rt = runtime;
         if (rt != null || runtimeFailure != null) {

@@ -59,9 +59,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
 
     /**
      * Where a block comes from, for metrics and for the FetchFailedException that names it, and the size
-     * the MapOutputTracker reports for it.
+     * the MapOutputTracker reports for it. {@code peer} is its executor's node: null for a local block,
+     * and for a remote one before the node is looked up.
      */
-    /** A block to read; {@code peer} is its executor's node, null for a local block (or before it is looked up). */
     private record Origin(BlockManagerId address, NodeAddress peer, ShuffleBlockId blockId, int mapIndex,
                           long reportedBytes, Tuple3<BlockId, Object, Object> tracked) {
     }
