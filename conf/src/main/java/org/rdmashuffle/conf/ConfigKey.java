@@ -101,6 +101,19 @@ public final class ConfigKey<T> {
         });
     }
 
+    /** 0 (the feature is off) or a duration within {@code [minMs, maxMs]}. */
+    public static ConfigKey<Long> millisOrOff(String name, String dflt, long minMs, long maxMs, String doc) {
+        String accepted = "0 (off) or a time from " + Durations.formatMillis(minMs) + " to "
+                + Durations.formatMillis(maxMs) + " (e.g. 30s, 2min)";
+        return new ConfigKey<>(name, "time", dflt, "ms", accepted, doc, raw -> {
+            long v = Durations.parseMillis(raw);
+            if (v != 0 && (v < minMs || v > maxMs)) {
+                throw new IllegalArgumentException("out of range");
+            }
+            return v;
+        });
+    }
+
     /** A whole number within {@code [min, max]}. */
     public static ConfigKey<Integer> integer(String name, int dflt, int min, int max, String doc) {
         String accepted = "an integer from " + min + " to " + max;

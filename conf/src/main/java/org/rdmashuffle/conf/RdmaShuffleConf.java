@@ -111,6 +111,17 @@ public final class RdmaShuffleConf {
                     + "The executor logs one WARN and counts such outputs; with `fallback=never` the map task "
                     + "fails instead."));
 
+    public static final ConfigKey<Long> ORPHAN_CHECK_INTERVAL = declare(ConfigKey.millisOrOff(
+            PREFIX + "orphanCheckInterval", "1min", 1000, 86_400_000,
+            "How often an executor that holds anything of a shuffle (registered map outputs, their output table, "
+                    + "cached metadata of peers' outputs) asks the driver whether Spark still knows that shuffle; "
+                    + "0 turns the check off. Spark tells executors once that it cleaned a shuffle, and an "
+                    + "executor whose block manager it had just removed (it does so after a fetch failure, until "
+                    + "the executor registers again) misses that message: without the check its map outputs stay "
+                    + "registered, pinned and mapped, and its shuffle files stay on disk until it exits. A shuffle "
+                    + "the driver no longer knows is dropped as Spark's message would have dropped it: one INFO "
+                    + "line, counted in the metric `registrations.orphanShufflesDropped`."));
+
     public static final ConfigKey<Long> POOL_MIN_BUFFER_SIZE = declare(ConfigKey.bytes(
             PREFIX + "pool.minBufferSize", "4k", 512, 1L << 30, true,
             "Smallest size class of the registered buffer pool."));
@@ -401,6 +412,10 @@ public final class RdmaShuffleConf {
     /** Most bytes of map outputs an executor keeps registered; 0: no cap. */
     public long maxRegisteredOutputBytes() {
         return get(MAX_REGISTERED_OUTPUT_BYTES);
+    }
+
+    public long orphanCheckIntervalMs() {
+        return get(ORPHAN_CHECK_INTERVAL);
     }
 
     public int poolMinBufferSizeBytes() {

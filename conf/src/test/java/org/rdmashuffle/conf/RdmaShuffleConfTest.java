@@ -101,6 +101,19 @@ class RdmaShuffleConfTest {
     }
 
     @Test
+    void shouldTakeZeroAsOffAndRefuseAnOrphanCheckIntervalBelowASecond() {
+        assertEquals(60_000, new RdmaShuffleConf(Map.of()).orphanCheckIntervalMs());
+        assertEquals(0, new RdmaShuffleConf(Map.of("spark.shuffle.rdma.orphanCheckInterval", "0"))
+                .orphanCheckIntervalMs());
+        assertEquals(2_000, new RdmaShuffleConf(Map.of("spark.shuffle.rdma.orphanCheckInterval", "2s"))
+                .orphanCheckIntervalMs());
+        ConfigException e = assertThrows(ConfigException.class, () -> new RdmaShuffleConf(Map.of(
+                "spark.shuffle.rdma.orphanCheckInterval", "10ms")));
+        assertTrue(e.getMessage().contains("spark.shuffle.rdma.orphanCheckInterval='10ms': out of range; accepted: "
+                + "0 (off) or a time from 1s to 24h"), e.getMessage());
+    }
+
+    @Test
     void shouldKeepExplicitSettingsWhenOverridden() {
         RdmaShuffleConf c = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.port", "4000"))
                 .with(Map.of("spark.shuffle.rdma.provider", "tcp"));

@@ -55,13 +55,23 @@ final class ExecutorRuntime implements AutoCloseable {
             new java.util.concurrent.atomic.AtomicBoolean();
     private final LongAdder unregisteredOutputBytes = new LongAdder();
     private final LongAdder blocksViaSpark = new LongAdder();
+    /** Shuffles dropped because the driver no longer knew them (their cleanup message did not arrive here). */
+    private final LongAdder orphanShufflesDropped = new LongAdder();
+    /** Drops a shuffle as Spark's cleanup message would have (the manager's unregistration, files included). */
+    private final java.util.function.IntConsumer dropShuffle;
+    /** Asks the driver every {@code orphanCheckInterval} about the shuffles held here; null when off. */
+    private final java.util.concurrent.ScheduledExecutorService orphanCheck;
     /** Peers whose cached node address, table and metadata were dropped after a failed fetch from them. */
     private final LongAdder peersForgotten = new LongAdder();
     private final java.util.concurrent.atomic.AtomicBoolean warnedUnregistered =
             new java.util.concurrent.atomic.AtomicBoolean();
 
-    ExecutorRuntime(RdmaShuffleConf conf, SparkEnv env) throws IOException {
+    /**
+     * @param dropShuffle drops a shuffle the driver no longer knows, as Spark's cleanup message would have
+     */
+    ExecutorRuntime(RdmaShuffleConf conf, SparkEnv env, java.util.function.IntConsumer dropShuffle) throws IOException {
         this.conf = conf;
+        this.dropShuffle = dropShuffle;
         this.executorId = env.executorId();
         String host = env.blockManager().blockManagerId().host();
         byte[] secret = null;
@@ -85,6 +95,18 @@ final class ExecutorRuntime implements AutoCloseable {
             throw e;
         }
         this.pool = p;
+        long every = conf.orphanCheckIntervalMs();
+        if (every > 0) {
+            String name = "rdma-shuffle-orphan-check-" + executorId;
+            orphanCheck = java.util.concurrent.Executors.newSingleThreadScheduledExecutor(r -> {
+                Thread t = new Thread(r, name);
+                t.setDaemon(true);
+                return t;
+            });
+            orphanCheck.scheduleWithFixedDelay(this::dropOrphanShuffles, every, every, TimeUnit.MILLISECONDS);
+        } else {
+            orphanCheck = null;
+        }
         LOG.info("rdma-shuffle executor {} serving on {}", executorId, node.localAddress());
     }
 
@@ -348,15 +370,70 @@ final class ExecutorRuntime implements AutoCloseable {
         remoteTables.keySet().removeIf(k -> k.endsWith("#" + shuffleId));
     }
 
+    /**
+     * Every shuffle this executor holds anything of: an output table, a table that could not be
+     * registered, cached metadata or a cached table of a peer's outputs.
+     */
+    int[] heldShuffles() {
+        java.util.TreeSet<Integer> held = new java.util.TreeSet<>(tables.keySet());
+        held.addAll(noTable);
+        held.addAll(metadataCaches.keySet());
+        for (String k : remoteTables.keySet()) {
+            held.add(Integer.parseInt(k.substring(k.lastIndexOf('#') + 1)));
+        }
+        return held.stream().mapToInt(Integer::intValue).toArray();
+    }
+
+    /**
+     * Asks the driver about every shuffle held here and drops those it no longer knows. Spark tells
+     * executors once that it cleaned a shuffle; an executor whose block manager it had removed at that
+     * moment (after a fetch failure, until the executor registers again) never hears it, and would keep
+     * that shuffle's outputs registered and its files on disk until it exits.
+     */
+    void dropOrphanShuffles() {
+        try {
+            int[] held = heldShuffles();
+            if (held.length == 0) {
+                return;
+            }
+            int[] gone;
+            try {
+                gone = directory.goneShuffles(held);
+            } catch (Exception e) { // RpcTimeoutException is checked; the next check asks again
+                LOG.debug("cannot ask the driver which of shuffles {} it cleaned", java.util.Arrays.toString(held), e);
+                return;
+            }
+            for (int id : gone) {
+                LOG.info("rdma-shuffle: the driver no longer knows shuffle {} (its cleanup did not reach executor {}); "
+                        + "dropping its registrations, cached metadata and files here", id, executorId);
+                orphanShufflesDropped.increment();
+                dropShuffle.accept(id);
+            }
+        } catch (RuntimeException e) { // a scheduled task that throws is never run again
+            LOG.warn("rdma-shuffle: checking executor {}'s shuffles against the driver failed", executorId, e);
+        }
+    }
+
     /** What this executor holds and has moved, for operators and tests. */
     RdmaShuffleManager.ExecutorStats stats() {
         return new RdmaShuffleManager.ExecutorStats(executorId, node.stats(), pool.stats(), List.copyOf(tables.keySet()),
                 registeredOutputBytes(), controlBytesRead.sum(), unregisteredOutputs.sum(),
-                unregisteredOutputBytes.sum(), receiveMemoryFallbacks.sum(), blocksViaSpark.sum(), peersForgotten.sum());
+                unregisteredOutputBytes.sum(), receiveMemoryFallbacks.sum(), blocksViaSpark.sum(), peersForgotten.sum(),
+                orphanShufflesDropped.sum());
     }
 
     @Override
     public void close() {
+        if (orphanCheck != null) { // last started, first stopped: no check runs on what closes below
+            orphanCheck.shutdownNow();
+            try {
+                if (!orphanCheck.awaitTermination(10, TimeUnit.SECONDS)) {
+                    LOG.warn("rdma-shuffle: executor {}'s orphan check did not stop within 10 s", executorId);
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
         for (Integer id : tables.keySet()) {
             unregisterShuffle(id);
         }

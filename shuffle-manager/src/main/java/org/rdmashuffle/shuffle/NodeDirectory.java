@@ -60,6 +60,18 @@ public final class NodeDirectory {
         private static final long serialVersionUID = 1L;
     }
 
+    /**
+     * Which of these shuffles does Spark no longer know? An executor asks it of the shuffles it holds anything
+     * of, to drop those whose cleanup it missed. Replied with an {@code int[]} (a JDK type, as above): the ids
+     * among {@code held} that the driver's map output tracker does not hold.
+     */
+    public record GoneShuffles(int[] held) implements Serializable {
+        private static final long serialVersionUID = 1L;
+    }
+
+    /** The most shuffle ids an executor asks about at once; it asks again for the rest. */
+    static final int MAX_SHUFFLES_PER_ASK = 10_000;
+
     /** An executor is gone. */
     public record Forget(String executorId) implements Serializable {
         private static final long serialVersionUID = 1L;
@@ -68,6 +80,8 @@ public final class NodeDirectory {
     /** The driver side. */
     public static final class Endpoint implements RpcEndpoint {
         private final RpcEnv rpcEnv;
+        /** Whether Spark's map output tracker (the driver's) still holds a shuffle. */
+        private final java.util.function.IntPredicate shuffleKnown;
         private final Map<String, byte[]> nodes = new ConcurrentHashMap<>();
         /**
          * Executors Spark removed, in the order it removed them: the last {@link #MAX_REMOVED} (ids are short),
@@ -81,13 +95,17 @@ public final class NodeDirectory {
         static final int MAX_REMOVED = 100_000;
         static final int MAX_REMOVED_PER_REPLY = 10_000;
 
-        public Endpoint(RpcEnv rpcEnv) {
+        public Endpoint(RpcEnv rpcEnv, java.util.function.IntPredicate shuffleKnown) {
             this.rpcEnv = rpcEnv;
+            this.shuffleKnown = shuffleKnown;
         }
 
-        /** Starts the endpoint on {@code rpcEnv} (the driver's). */
-        public static Endpoint start(RpcEnv rpcEnv) {
-            Endpoint e = new Endpoint(rpcEnv);
+        /**
+         * Starts the endpoint on {@code rpcEnv} (the driver's), answering {@link GoneShuffles} from
+         * {@code shuffleKnown}.
+         */
+        public static Endpoint start(RpcEnv rpcEnv, java.util.function.IntPredicate shuffleKnown) {
+            Endpoint e = new Endpoint(rpcEnv, shuffleKnown);
             rpcEnv.setupEndpoint(ENDPOINT_NAME, e);
             return e;
         }
@@ -130,6 +148,14 @@ public final class NodeDirectory {
             return a != null ? a : new byte[0];
         }
 
+        private int[] gone(int[] held) {
+            if (held.length > MAX_SHUFFLES_PER_ASK) {
+                throw new IllegalArgumentException("asked about " + held.length + " shuffles at once; at most "
+                        + MAX_SHUFFLES_PER_ASK);
+            }
+            return java.util.Arrays.stream(held).filter(id -> !shuffleKnown.test(id)).toArray();
+        }
+
         /** The index of the first id, then the ids: from {@code from} on, or from the oldest still kept. */
         private synchronized String[] removedSince(int from) {
             int n = removedLog.size();
@@ -153,7 +179,7 @@ public final class NodeDirectory {
                 @Override
                 public boolean isDefinedAt(Object m) {
                     return m instanceof Register || m instanceof Lookup || m instanceof Forget
-                            || m instanceof RemovedSince;
+                            || m instanceof RemovedSince || m instanceof GoneShuffles;
                 }
 
                 @Override
@@ -166,6 +192,8 @@ public final class NodeDirectory {
                         context.reply(lookup(l.executorId()));
                     } else if (m instanceof RemovedSince r) {
                         context.reply(removedSince(r.from()));
+                    } else if (m instanceof GoneShuffles g) {
+                        context.reply(gone(g.held()));
                     } else if (m instanceof Forget f) {
                         context.reply(nodes.remove(f.executorId()) != null);
                     } else {
@@ -193,6 +221,9 @@ public final class NodeDirectory {
         private static final org.apache.spark.rpc.RpcTimeout REMOVED_TIMEOUT = new org.apache.spark.rpc.RpcTimeout(
                 scala.concurrent.duration.FiniteDuration.apply(5, java.util.concurrent.TimeUnit.SECONDS),
                 "rdma-shuffle's removed-executors query (5 s)");
+        private static final org.apache.spark.rpc.RpcTimeout GONE_TIMEOUT = new org.apache.spark.rpc.RpcTimeout(
+                scala.concurrent.duration.FiniteDuration.apply(5, java.util.concurrent.TimeUnit.SECONDS),
+                "rdma-shuffle's cleaned-shuffles query (5 s)");
 
         public Client(SparkConf conf, RpcEnv rpcEnv) {
             this.driver = RpcUtils$.MODULE$.makeDriverRef(ENDPOINT_NAME, conf, rpcEnv);
@@ -291,6 +322,24 @@ public final class NodeDirectory {
                 removedKnown.add(executorId);
             }
             return gone;
+        }
+
+        /**
+         * The shuffles among {@code held} that the driver no longer knows (asked in batches of at most
+         * {@link #MAX_SHUFFLES_PER_ASK}, each at most 5 s).
+         *
+         * @throws Exception when the driver cannot be asked (unreachable, timed out, or too old to know the question)
+         */
+        public int[] goneShuffles(int[] held) throws Exception {
+            java.util.stream.IntStream.Builder gone = java.util.stream.IntStream.builder();
+            for (int from = 0; from < held.length; from += MAX_SHUFFLES_PER_ASK) {
+                int[] batch = java.util.Arrays.copyOfRange(held, from,
+                        Math.min(held.length, from + MAX_SHUFFLES_PER_ASK));
+                for (int id : (int[]) driver.askSync(new GoneShuffles(batch), GONE_TIMEOUT, ClassTag$.MODULE$.Any())) {
+                    gone.add(id);
+                }
+            }
+            return gone.build().toArray();
         }
 
         /** Drops a cached entry (after a fetch failure, the executor may have restarted elsewhere). */

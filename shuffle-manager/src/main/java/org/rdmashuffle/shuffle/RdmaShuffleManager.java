@@ -66,7 +66,7 @@ public final class RdmaShuffleManager implements ShuffleManager {
     public record ExecutorStats(String executorId, NodeStats node, BufferPoolStats pool, List<Integer> shuffles,
                                 long registeredOutputBytes, long controlBytesRead, long unregisteredOutputs,
                                 long unregisteredOutputBytes, long receiveMemoryFallbacks, long blocksViaSpark,
-                                long peersForgotten)
+                                long peersForgotten, long orphanShufflesDropped)
             implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
     }
@@ -203,7 +203,7 @@ public final class RdmaShuffleManager implements ShuffleManager {
                 return;
             }
             ensureDirectory();
-            runtime = new ExecutorRuntime(conf, env);
+            runtime = new ExecutorRuntime(conf, env, this::dropOrphanShuffle);
         }
     }
 
@@ -255,7 +255,9 @@ public final class RdmaShuffleManager implements ShuffleManager {
         if (isDriver && directory == null) {
             synchronized (this) {
                 if (directory == null) {
-                    NodeDirectory.Endpoint d = NodeDirectory.Endpoint.start(SparkEnv.get().rpcEnv());
+                    SparkEnv env = SparkEnv.get();
+                    NodeDirectory.Endpoint d = NodeDirectory.Endpoint.start(env.rpcEnv(),
+                            SparkInterop.shuffleKnown(env));
                     SparkInterop.onExecutorRemoved(d::executorRemoved);
                     directory = d;
                 }
@@ -287,7 +289,7 @@ public final class RdmaShuffleManager implements ShuffleManager {
                 }
                 ensureDirectory();
                 try {
-                    runtime = new ExecutorRuntime(conf, SparkEnv.get());
+                    runtime = new ExecutorRuntime(conf, SparkEnv.get(), this::dropOrphanShuffle);
                 } catch (Exception e) {
                     String why = "rdma-shuffle cannot start its transport: " + e.getMessage();
                     if (conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
@@ -359,6 +361,18 @@ public final class RdmaShuffleManager implements ShuffleManager {
                                           ShuffleReadMetricsReporter metrics) {
         return sort.getReader(h.sortHandle(), startMapIndex, endMapIndex, startPartition, endPartition, context,
                 metrics);
+    }
+
+    /**
+     * Drops a shuffle the driver no longer knows, on this executor, as Spark's cleanup message would have:
+     * this executor's cached map statuses, its registrations and tables, and its files.
+     */
+    private void dropOrphanShuffle(int shuffleId) {
+        SparkEnv env = SparkEnv.get();
+        if (env != null && !isDriver) {
+            env.mapOutputTracker().unregisterShuffle(shuffleId);
+        }
+        unregisterShuffle(shuffleId);
     }
 
     @Override

@@ -65,6 +65,7 @@ final class RdmaShuffleSource implements Source {
         gauge("fallback.receiveMemoryTasks", s -> s.receiveMemoryFallbacks());
         gauge("fallback.blocksViaSpark", s -> s.blocksViaSpark());
         gauge("fetch.peersForgotten", s -> s.peersForgotten());
+        gauge("registrations.orphanShufflesDropped", s -> s.orphanShufflesDropped());
         if (directoryNodes != null) {
             registry.register("driver.directoryNodes", (Gauge<Long>) () -> (long) directoryNodes.get());
             registry.register("driver.everyShuffleViaSpark", (Gauge<Long>) () -> driverFallback);

@@ -195,6 +195,21 @@ public final class SparkInterop {
         }
     }
 
+    /**
+     * Whether the driver's map output tracker still holds a shuffle: Spark registers a shuffle there before
+     * its first map task and removes it when it cleans the shuffle. A process whose tracker is not the
+     * driver's answers that it knows every shuffle (so nothing is ever dropped on its word).
+     */
+    static java.util.function.IntPredicate shuffleKnown(SparkEnv env) {
+        if (env.mapOutputTracker() instanceof org.apache.spark.MapOutputTrackerMaster master) {
+            return master::containsShuffle;
+        }
+        org.slf4j.LoggerFactory.getLogger(SparkInterop.class).warn("rdma-shuffle: the driver's map output "
+                + "tracker is a {}, not Spark's MapOutputTrackerMaster: "
+                + "executors' orphan checks will drop nothing", env.mapOutputTracker().getClass().getName());
+        return id -> true;
+    }
+
     /** Whether executors' shuffle files are also served by an external shuffle service. */
     static boolean externalShuffleService(SparkConf conf) {
         return conf.getBoolean("spark.shuffle.service.enabled", false);

@@ -1,5 +1,6 @@
 package org.rdmashuffle.shuffle;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -25,7 +26,7 @@ class NodeDirectoryTest {
                 .set("spark.driver.bindAddress", "127.0.0.1");
         try (JavaSparkContext sc = new JavaSparkContext(conf)) {
             RpcEnv rpc = SparkEnv.get().rpcEnv();
-            NodeDirectory.Endpoint endpoint = NodeDirectory.Endpoint.start(rpc);
+            NodeDirectory.Endpoint endpoint = NodeDirectory.Endpoint.start(rpc, id -> true);
             NodeDirectory.Client exec1 = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
             NodeDirectory.Client reducer = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
             NodeAddress a = new NodeAddress("10.200.0.2", 40123, "tcp");
@@ -76,6 +77,26 @@ class NodeDirectoryTest {
             assertTrue(late.knownRemoved("x5"));
             assertTrue(late.knownRemoved("x" + (NodeDirectory.Endpoint.MAX_REMOVED + 4)));
             assertEquals(0, endpoint.size());
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldNameTheHeldShufflesTheDriverNoLongerKnowsInBatches() throws Exception {
+        SparkConf conf = new SparkConf().setMaster("local[1]").setAppName("node-directory-gone-test")
+                .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
+                .set("spark.driver.bindAddress", "127.0.0.1");
+        try (JavaSparkContext sc = new JavaSparkContext(conf)) {
+            RpcEnv rpc = SparkEnv.get().rpcEnv();
+            NodeDirectory.Endpoint.start(rpc, id -> id % 3 != 0); // the driver knows all but multiples of 3
+            NodeDirectory.Client client = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
+            assertEquals(0, client.goneShuffles(new int[0]).length);
+            assertArrayEquals(new int[] {0, 9}, client.goneShuffles(new int[] {1, 0, 9, 4}));
+            // More than one ask holds: the client splits, and the answer covers every id.
+            int n = NodeDirectory.MAX_SHUFFLES_PER_ASK * 2 + 7;
+            int[] held = java.util.stream.IntStream.range(0, n).toArray();
+            assertArrayEquals(java.util.stream.IntStream.range(0, n).filter(id -> id % 3 == 0).toArray(),
+                    client.goneShuffles(held));
         }
     }
 }

@@ -63,6 +63,7 @@ class RdmaShuffleLocalClusterTest {
                 .set("spark.shuffle.compress", "false") // so the big block stays big
                 .set("spark.shuffle.rdma.maxRegionSize", "1m") // every output over 1 MiB has several regions
                 .set("spark.shuffle.rdma.pool.maxBufferSize", "256k")
+                .set("spark.shuffle.rdma.orphanCheckInterval", "1s")
                 .set("spark.sql.autoBroadcastJoinThreshold", "-1");
     }
 
@@ -433,8 +434,45 @@ class RdmaShuffleLocalClusterTest {
 
     private static final Pattern SHUFFLE_FILE = Pattern.compile("shuffle_(\\d+)_.*");
 
+    private static boolean holds(LocalCluster.ExecutorProbe p, int shuffleId) {
+        return p.stats().shuffles().contains(shuffleId)
+                || p.shuffleFiles().stream().anyMatch(f -> f.startsWith("shuffle_" + shuffleId + "_"));
+    }
+
     @Test
     @Order(10)
+    @Timeout(120)
+    void shouldDropOutputsAndFilesOfAShuffleWhoseCleanupReachedNoExecutor() throws InterruptedException {
+        JavaPairRDD<Integer, Integer> counts = ShuffleJobs.pairs(cluster.sc, 20_000, 4, 500).mapValues(v -> 1)
+                .reduceByKey(Integer::sum, 4);
+        assertEquals(500, counts.count());
+        int shuffleId = ((ShuffleDependency<?, ?, ?>) counts.rdd().dependencies().head()).shuffleId();
+        Map<String, LocalCluster.ExecutorProbe> probes = cluster.probe();
+        long holding = probes.values().stream().filter(p -> p.stats().shuffles().contains(shuffleId)).count();
+        assertTrue(holding > 0, "no executor registered an output of shuffle " + shuffleId);
+        long droppedBefore = probes.values().stream().mapToLong(p -> p.stats().orphanShufflesDropped()).sum();
+        // Spark forgets the shuffle on the driver only: what an executor sees when the cleanup message misses it
+        // (its block manager removed for a moment after a fetch failure, as in the tests above).
+        ((org.apache.spark.MapOutputTrackerMaster) SparkEnv.get().mapOutputTracker()).unregisterShuffle(shuffleId);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (System.nanoTime() < deadline && probes.values().stream().anyMatch(p -> holds(p, shuffleId))) {
+            Thread.sleep(250);
+            probes = cluster.probe();
+        }
+        for (LocalCluster.ExecutorProbe p : probes.values()) {
+            assertFalse(p.stats().shuffles().contains(shuffleId), p.executorId() + " still holds the output table of "
+                    + "shuffle " + shuffleId + " the driver cleaned: " + p.stats());
+            assertEquals(List.of(), p.shuffleFiles().stream().filter(f -> f.startsWith("shuffle_" + shuffleId + "_"))
+                    .toList(), p.executorId() + ": files of the cleaned shuffle left on disk");
+        }
+        long dropped = probes.values().stream().mapToLong(p -> p.stats().orphanShufflesDropped()).sum();
+        assertTrue(dropped - droppedBefore >= holding, (dropped - droppedBefore) + " orphan shuffles dropped on "
+                + holding + " executors holding one");
+        java.lang.ref.Reference.reachabilityFence(counts);
+    }
+
+    @Test
+    @Order(11)
     @Timeout(300)
     void shouldLeaveNoRegistrationsBuffersOrFilesWhenShufflesAreUnregistered() throws InterruptedException {
         // A shuffle of its own, held until cleaned: Spark's ContextCleaner may already have cleaned
@@ -458,8 +496,9 @@ class RdmaShuffleLocalClusterTest {
         }
         // doCleanupShuffle is a no-op for a shuffle Spark's ContextCleaner already took off the
         // tracker after its RDD was collected; that cleanup is non-blocking, so its RemoveShuffle
-        // may still be on its way to an executor. Wait (bounded) for every executor to be clean,
-        // then assert on what it holds.
+        // may still be on its way to an executor, or missed one whose block manager the fetch
+        // failures above had removed for a moment (the orphan check, every second here, drops those).
+        // Wait (bounded) for every executor to be clean, then assert on what it holds.
         Map<String, LocalCluster.ExecutorProbe> probes = cluster.probe();
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
         while (System.nanoTime() < deadline && !probes.values().stream().allMatch(
