@@ -400,14 +400,27 @@ final class ExecutorRuntime implements AutoCloseable {
             try {
                 gone = directory.goneShuffles(held);
             } catch (Exception e) { // RpcTimeoutException is checked; the next check asks again
-                LOG.debug("cannot ask the driver which of shuffles {} it cleaned", java.util.Arrays.toString(held), e);
+                LOG.debug("cannot ask the driver which of the {} shuffles held here it cleaned", held.length, e);
                 return;
             }
             for (int id : gone) {
-                LOG.info("rdma-shuffle: the driver no longer knows shuffle {} (its cleanup did not reach executor {}); "
-                        + "dropping its registrations, cached metadata and files here", id, executorId);
-                orphanShufflesDropped.increment();
-                dropShuffle.accept(id);
+                if (java.util.Arrays.binarySearch(held, id) < 0) {
+                    continue; // held is sorted; only what was asked about is dropped
+                }
+                // One whose cleanup did arrive (a late reader cached its metadata again) goes quietly.
+                boolean missed = !unregistered.contains(id);
+                try {
+                    dropShuffle.accept(id);
+                } catch (RuntimeException e) {
+                    LOG.warn("rdma-shuffle: executor {} cannot drop shuffle {}, which the driver cleaned", executorId,
+                            id, e);
+                    continue;
+                }
+                if (missed) {
+                    orphanShufflesDropped.increment();
+                    LOG.info("rdma-shuffle: the driver no longer knows shuffle {} (its cleanup did not reach executor "
+                            + "{}); dropped its registrations, cached metadata and files here", id, executorId);
+                }
             }
         } catch (RuntimeException e) { // a scheduled task that throws is never run again
             LOG.warn("rdma-shuffle: checking executor {}'s shuffles against the driver failed", executorId, e);
