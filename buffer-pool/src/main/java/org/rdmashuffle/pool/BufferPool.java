@@ -135,6 +135,18 @@ public final class BufferPool implements AutoCloseable {
         }
     }
 
+    /**
+     * The bytes an acquire of {@code sizeBytes} takes from the pool: its size class (a power of two, at
+     * least the smallest buffer), or the size itself above the largest class. Callers that budget memory
+     * charge this, not what they asked for.
+     */
+    public int bytesTaken(int sizeBytes) {
+        if (sizeBytes <= 0) {
+            throw new IllegalArgumentException("buffer size must be positive: " + sizeBytes);
+        }
+        return sizeBytes > options.maxBufferBytes() ? sizeBytes : classBytes(sizeClassOf(sizeBytes));
+    }
+
     /** Size class index for a request of {@code size} bytes ({@code size <= maxBufferBytes}). */
     private int sizeClassOf(int size) {
         int shift = 32 - Integer.numberOfLeadingZeros(size - 1);
@@ -348,7 +360,7 @@ public final class BufferPool implements AutoCloseable {
                         + " registered, all in use, and the host refused more: " + hostRefusal.getMessage(),
                         hostRefusal.getCause(), true);
             }
-            throw new BufferPoolException("buffer pool exhausted: " + ByteSizes.format(wantedBytes)
+            throw BufferPoolException.exhausted("buffer pool exhausted: " + ByteSizes.format(wantedBytes)
                     + " wanted, " + ByteSizes.format(registeredBytes) + " of the cap "
                     + ByteSizes.format(options.maxRegisteredBytes()) + " registered and "
                     + ByteSizes.format(inUseBytesLocked()) + " in use after waiting "
@@ -498,7 +510,9 @@ public final class BufferPool implements AutoCloseable {
             }
             return;
         }
-        if (waiters == 0 && !closed && tc.push(b)) {
+        // A thread that never acquires (a transport thread returning the buffer of a READ that landed after
+        // its fetcher closed) would park the buffer in a cache nobody takes from: it goes to the shared lists.
+        if (waiters == 0 && !closed && tc.acquires > 0 && tc.push(b)) {
             if (waiters != 0) {
                 handBack(tc); // a waiter announced itself meanwhile and may have looked at this cache already
             }

@@ -455,4 +455,55 @@ class BufferPoolTest {
         pool.close();
         assertFalse(assertThrows(BufferPoolException.class, () -> pool.acquire(10)).memoryUnavailable());
     }
+
+    @Test
+    @Timeout(60)
+    void shouldHandBuffersReleasedByAThreadThatNeverAcquiresToEveryoneInsteadOfRegisteringMore() throws Exception {
+        CountingRegistrar registrar = new CountingRegistrar();
+        try (BufferPool pool = new BufferPool(small("4m", "5s", "disabled"), registrar)) {
+            RegisteredBuffer first = pool.acquire(64 << 10); // a chunk of two 64 KiB buffers
+            CountDownLatch released = new CountDownLatch(1);
+            CountDownLatch done = new CountDownLatch(1);
+            Thread transport = new Thread(() -> { // like a completion thread returning a landed READ's buffer
+                first.release();
+                released.countDown();
+                try {
+                    done.await(); // stays alive: a live thread's cache is never reclaimed as an ended one's
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            });
+            transport.start();
+            try {
+                assertTrue(released.await(10, TimeUnit.SECONDS));
+                RegisteredBuffer a = pool.acquire(64 << 10);
+                RegisteredBuffer b = pool.acquire(64 << 10);
+                assertEquals(1, pool.stats().misses(), "a new chunk was registered while a free buffer sat in "
+                        + "the cache of a thread that never takes from it");
+                a.release();
+                b.release();
+            } finally {
+                done.countDown();
+                transport.join();
+            }
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldTellTheCallerWhatAnAcquireTakesAndThatThePoolWasExhaustedAtItsCap() {
+        try (BufferPool pool = new BufferPool(small("128k", "200ms", "disabled"), new CountingRegistrar())) {
+            assertEquals(4 << 10, pool.bytesTaken(32));
+            assertEquals(8 << 10, pool.bytesTaken((4 << 10) + 1));
+            assertEquals(64 << 10, pool.bytesTaken(64 << 10));
+            assertEquals((64 << 10) + 1, pool.bytesTaken((64 << 10) + 1)); // above the largest class: its own size
+            assertThrows(IllegalArgumentException.class, () -> pool.bytesTaken(0));
+            RegisteredBuffer a = pool.acquire(64 << 10);
+            RegisteredBuffer b = pool.acquire(64 << 10);
+            BufferPoolException e = assertThrows(BufferPoolException.class, () -> pool.acquire(64 << 10));
+            assertTrue(e.exhausted() && !e.memoryUnavailable(), e.getMessage());
+            a.release();
+            b.release();
+        }
+    }
 }
