@@ -33,8 +33,9 @@ import org.rdmashuffle.transport.TransportException;
  *
  * <p><b>Budget.</b> Every READ counts, slot and metadata READs as well as data READs: at most
  * {@code maxReadsInFlightPerPeer} READs to one peer are posted and not yet taken up by the task, and
- * at most {@code maxBytesInFlight} bytes are in READs or in blocks not yet closed (a step larger than
- * either bound goes alone). Requests beyond the budget wait in this fetcher, not in the channel, so
+ * the pool buffers of READs in flight and of blocks not yet closed take at most {@code maxBytesInFlight}
+ * bytes of the pool — a buffer is charged what it takes (its size class), not what its READs need, so a
+ * 32-byte slot READ costs the smallest buffer (a step larger than either bound goes alone). Requests beyond the budget wait in this fetcher, not in the channel, so
  * a task with ten thousand blocks from one peer holds a bounded number of buffers and READs.
  *
  * <p><b>Large blocks.</b> A block larger than the pool's largest buffer (also one of more than 2 GiB)
@@ -119,6 +120,8 @@ public final class BlockFetcher implements AutoCloseable {
         private final Request request;
         private final RegisteredBuffer buffer;
         private final long length;
+        /** What the block's buffer takes from the pool and so from the byte budget (its capacity). */
+        private final long charged;
         private final long readNanos;
         /** For a block larger than the pool's largest buffer: the windows it streams through, else null. */
         private final Stream stream;
@@ -144,6 +147,7 @@ public final class BlockFetcher implements AutoCloseable {
             this.request = request;
             this.buffer = buffer;
             this.length = length;
+            this.charged = buffer == null ? 0 : buffer.capacity();
             this.readNanos = readNanos;
             this.viaSpark = viaSpark;
             this.window = window;
@@ -256,7 +260,7 @@ public final class BlockFetcher implements AutoCloseable {
                 buffer.release();
             }
             if (!closed) {
-                bytesInFlight -= length;
+                bytesInFlight -= charged;
             }
         }
     }
@@ -483,7 +487,7 @@ public final class BlockFetcher implements AutoCloseable {
             while (posted - taken < STREAM_WINDOWS && postAt < end) {
                 int size = (int) Math.min(windowBytes, end - postAt);
                 boolean alone = posted == taken; // the stream holds nothing: it goes on whatever the budgets
-                if (!alone && (bytesInFlight + size > maxBytesInFlight
+                if (!alone && (bytesInFlight + pool.bytesTaken(size) > maxBytesInFlight
                         || peer.readsInFlight + (size + readBlockBytes - 1) / readBlockBytes
                                 > maxReadsInFlightPerPeer)) {
                     return;
@@ -531,7 +535,7 @@ public final class BlockFetcher implements AutoCloseable {
             if (w.buffer != null) {
                 w.releaseBuffer();
                 if (!closed) {
-                    bytesInFlight -= w.bytes;
+                    bytesInFlight -= w.charged;
                 }
             }
         }
@@ -600,6 +604,8 @@ public final class BlockFetcher implements AutoCloseable {
         /** READs and bytes the current phase posts (or posted). */
         int reads;
         int bytes;
+        /** What the current phase's buffer takes from the pool (its capacity), charged to the byte budget. */
+        int charged;
         RegisteredBuffer buffer;
         long mapId;
         /** Slot READs in a row whose metadata named another map attempt (torn by a rewrite). */
@@ -700,6 +706,7 @@ public final class BlockFetcher implements AutoCloseable {
     private int readsInFlight;
     private int outstanding;
     private long controlBytesRead;
+    private long metadataReadsAgain;
 
     /** A fetcher with a metadata cache of its own and the default bound on READs per peer. */
     public BlockFetcher(RdmaNode node, BufferPool pool, long maxBytesInFlight, int readBlockBytes, long timeoutMs) {
@@ -906,7 +913,7 @@ public final class BlockFetcher implements AutoCloseable {
                 if (p.readsInFlight > 0 && p.readsInFlight + s.reads > maxReadsInFlightPerPeer) {
                     break; // this peer has enough in flight; try the next one
                 }
-                if (bytesInFlight > 0 && bytesInFlight + s.bytes > maxBytesInFlight) {
+                if (bytesInFlight > 0 && bytesInFlight + pool.bytesTaken(s.bytes) > maxBytesInFlight) {
                     return; // the task's budget is spent: later steps wait their turn
                 }
                 // The pool's trouble (exhausted by other tasks, interrupted, a size above its cap) is this
@@ -1095,7 +1102,8 @@ public final class BlockFetcher implements AutoCloseable {
         s.postedNanos = System.nanoTime();
         s.peer.readsInFlight += s.reads;
         readsInFlight += s.reads;
-        bytesInFlight += s.bytes;
+        s.charged = b.capacity(); // what is taken from the pool, not what the READs need: the budget bounds memory
+        bytesInFlight += s.charged;
         postedOrder.add(s);
         s.postedEntries++;
         try {
@@ -1105,7 +1113,7 @@ public final class BlockFetcher implements AutoCloseable {
             s.inFlight = false;
             s.peer.readsInFlight -= s.reads;
             readsInFlight -= s.reads;
-            bytesInFlight -= s.bytes;
+            bytesInFlight -= s.charged;
             s.releaseBuffer();
             ready.add(failure(r, "cannot post the " + s.phase.name().toLowerCase() + " READs", e));
         } finally {
@@ -1132,12 +1140,13 @@ public final class BlockFetcher implements AutoCloseable {
         }
         w.reads = batch.size();
         w.bytes = size;
+        w.charged = b.capacity();
         w.armFor(w.reads);
         w.inFlight = true;
         w.postedNanos = System.nanoTime();
         w.peer.readsInFlight += w.reads;
         readsInFlight += w.reads;
-        bytesInFlight += size;
+        bytesInFlight += w.charged;
         postedOrder.add(w);
         w.postedEntries++;
         try {
@@ -1146,7 +1155,7 @@ public final class BlockFetcher implements AutoCloseable {
             w.inFlight = false;
             w.peer.readsInFlight -= w.reads;
             readsInFlight -= w.reads;
-            bytesInFlight -= size;
+            bytesInFlight -= w.charged;
             w.releaseBuffer();
             w.stream.fail(failure(w.request, "cannot post the data READs", e));
         } finally {
@@ -1210,7 +1219,7 @@ public final class BlockFetcher implements AutoCloseable {
         Request r = s.request;
         switch (s.phase) {
             case SLOT -> {
-                bytesInFlight -= s.bytes;
+                bytesInFlight -= s.charged;
                 ShuffleOutputTable.Slot slot;
                 try {
                     if (status != ReadStatus.SUCCESS) {
@@ -1269,7 +1278,7 @@ public final class BlockFetcher implements AutoCloseable {
                 return null;
             }
             case METADATA -> {
-                bytesInFlight -= s.bytes;
+                bytesInFlight -= s.charged;
                 ShuffleOutputTable.Metadata m;
                 String wrongOffsets;
                 try {
@@ -1285,15 +1294,20 @@ public final class BlockFetcher implements AutoCloseable {
                         return slotAgain(s, "the output table slot names map attempt " + s.mapId + " but its "
                                 + "metadata attempt " + metaMapId);
                     }
-                    m = ShuffleOutputTable.Metadata.parse(landed.duplicate().limit(s.headBytes), s.metadataRegion);
+                    try {
+                        m = ShuffleOutputTable.Metadata.parse(landed.duplicate().limit(s.headBytes),
+                                s.metadataRegion);
+                    } catch (RuntimeException e) {
+                        return metadataAgain(s, null, "corrupt map output metadata: " + e.getMessage());
+                    }
                     if (ShuffleOutputTable.offsetPosition(m.regions().length, 0) != s.headBytes) {
-                        return failure(r, "corrupt map output metadata: " + m.regions().length + " regions, the "
-                                + "output table slot names another count", null);
+                        return metadataAgain(s, null, "corrupt map output metadata: " + m.regions().length
+                                + " regions, the output table slot names another count");
                     }
                     int partitions = r.expected().numPartitions();
                     if (partitions != Expected.UNKNOWN_PARTITIONS && m.numPartitions() != partitions) {
-                        return failure(r, "corrupt map output metadata: " + m.numPartitions()
-                                + " partitions in a shuffle of " + partitions, null);
+                        return metadataAgain(s, null, "corrupt map output metadata: " + m.numPartitions()
+                                + " partitions in a shuffle of " + partitions);
                     }
                     if (r.endPartition() > m.numPartitions()) {
                         return failure(r, "partition range outside the map output's " + m.numPartitions(), null);
@@ -1305,7 +1319,7 @@ public final class BlockFetcher implements AutoCloseable {
                     s.releaseBuffer();
                 }
                 if (wrongOffsets != null) {
-                    return failure(r, wrongOffsets, null);
+                    return metadataAgain(s, null, wrongOffsets);
                 }
                 metadataCache.put(r.peer(), r.table().rkey(), r.mapIndex(), s.mapId, m);
                 Object done = toData(s, m);
@@ -1316,7 +1330,7 @@ public final class BlockFetcher implements AutoCloseable {
                 return null;
             }
             case OFFSETS -> {
-                bytesInFlight -= s.bytes;
+                bytesInFlight -= s.charged;
                 String wrongOffsets;
                 try {
                     if (status != ReadStatus.SUCCESS) {
@@ -1330,7 +1344,7 @@ public final class BlockFetcher implements AutoCloseable {
                     s.releaseBuffer();
                 }
                 if (wrongOffsets != null) {
-                    return failure(r, wrongOffsets, null);
+                    return metadataAgain(s, s.metadata, wrongOffsets);
                 }
                 Object done = toData(s, s.metadata);
                 if (done != null) {
@@ -1341,7 +1355,7 @@ public final class BlockFetcher implements AutoCloseable {
             }
             case DATA -> {
                 if (status != ReadStatus.SUCCESS) {
-                    bytesInFlight -= s.bytes;
+                    bytesInFlight -= s.charged;
                     s.releaseBuffer();
                     return failure(r, "data READ failed: " + ReadStatus.describe(status), null);
                 }
@@ -1374,12 +1388,37 @@ public final class BlockFetcher implements AutoCloseable {
         return null;
     }
 
+    /**
+     * A metadata or offsets window whose bytes do not make sense — offsets not rising within the data,
+     * a header that contradicts the slot — may be bytes that were not that window's (a READ whose bytes
+     * had not all landed, or torn by a republish): READs the slot and the metadata again, as a torn slot
+     * is, up to {@link #MAX_TORN_SLOT_READS} times in a row, before the request fails. Counted in
+     * {@link #metadataReadsAgain()}.
+     *
+     * @param cached the cached metadata the window was READ with (dropped from the cache), or null
+     * @return null when queued, else the failure
+     */
+    private Object metadataAgain(Step s, ShuffleOutputTable.Metadata cached, String why) {
+        Request r = s.request;
+        if (cached != null) {
+            metadataCache.forget(r.peer(), r.table().rkey(), r.mapIndex(), cached);
+            s.metadata = null;
+        }
+        metadataReadsAgain++;
+        return slotAgain(s, why);
+    }
+
+    /** Metadata or offsets windows READ again because what landed did not make sense ({@link #metadataAgain}). */
+    public long metadataReadsAgain() {
+        return metadataReadsAgain;
+    }
+
     /** Bytes this fetcher READ from output tables and metadata regions (not block data). */
     public long controlBytesRead() {
         return controlBytesRead;
     }
 
-    /** Bytes in READs in flight or held in blocks not yet closed. */
+    /** Bytes of the pool taken by buffers of READs in flight and of blocks not yet closed. */
     public long bytesInFlight() {
         return bytesInFlight;
     }

@@ -34,6 +34,14 @@ public final class MetadataCache {
         entries.put(new Key(peer, tableRkey, mapIndex), new Entry(mapId, m));
     }
 
+    /**
+     * Drops the entry of that map output if it still holds {@code metadata} (an offsets window READ with
+     * it did not make sense: the whole metadata is READ again).
+     */
+    public void forget(NodeAddress peer, int tableRkey, int mapIndex, ShuffleOutputTable.Metadata metadata) {
+        entries.computeIfPresent(new Key(peer, tableRkey, mapIndex), (k, e) -> e.metadata() == metadata ? null : e);
+    }
+
     /** Drops every entry of {@code peer} (after a failed fetch from it). */
     public void forget(NodeAddress peer) {
         entries.keySet().removeIf(k -> k.peer().equals(peer));

@@ -491,11 +491,14 @@ class BlockFetcherTest {
                 try (BlockFetcher.Block b = fetcher.next()) {
                     assertEquals(600, b.length()); // offsets 0..1 are fine: the metadata is cached now
                 }
-                // cached: the offsets READ alone brings them
-                long control = fetcher.controlBytesRead();
+                // cached: the offsets READ alone brings them; what does not make sense is READ again, slot and
+                // metadata, a bounded number of times, before the request fails
+                long again = fetcher.metadataReadsAgain();
                 f = failureOf(fetcher, decreasing.request(peer, 1, 3));
-                assertTrue(f.getMessage().contains("corrupt map output metadata"), f.getMessage());
-                assertEquals(control + 3 * 8, fetcher.controlBytesRead(), "only the offsets were READ again");
+                assertTrue(f.getMessage().contains("corrupt map output metadata")
+                        && f.getMessage().contains((BlockFetcher.MAX_TORN_SLOT_READS + 1) + " times in a row"),
+                        f.getMessage());
+                assertEquals(again + BlockFetcher.MAX_TORN_SLOT_READS + 1, fetcher.metadataReadsAgain());
             }
             try (Forged beyond = new Forged(executor, 1000, 1000, 0, 1200, 1000)) {
                 FetchFailure f = failureOf(fetcher, beyond.request(peer, 0, 1));
@@ -514,6 +517,103 @@ class BlockFetcherTest {
                 BlockFetcher.Request outside = new BlockFetcher.Request(peer, narrow.slot.descriptor(), 0, 0, 1, 5);
                 FetchFailure f = failureOf(fetcher, outside);
                 assertTrue(f.getMessage().contains("partition range outside the map output"), f.getMessage());
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    /**
+     * A metadata window whose bytes landed wrong once (seen over SoftiWARP: offsets of zeros, or of another
+     * map output) is READ again — slot, then metadata — and the block arrives; the same for an offsets
+     * window READ with cached metadata, which is dropped from the cache first.
+     */
+    @Test
+    @Timeout(60)
+    void shouldReadAMetadataWindowAgainAndDeliverTheBlockWhenItsBytesLandedWrongOnce() throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             Forged forged = new Forged(executor, 1000, 1000, 0, 600, 700, 1000)) {
+            NodeAddress peer = executor.localAddress();
+            int offsetsAt = (int) ShuffleOutputTable.offsetPosition(1, 0);
+            GatedChannel[] gate = new GatedChannel[1];
+            MetadataCache cache = new MetadataCache();
+            try (BlockFetcher fetcher = new BlockFetcher(gatedNode(reducer, gate), pool, cache, 1 << 20, 64,
+                    64 << 10, 30_000)) {
+                forged.metaMem.putLong(offsetsAt + 8, 0).putLong(offsetsAt + 16, 16_819_712); // as seen over siw
+                fetcher.add(forged.request(peer, 1, 2)); // post 0: the slot
+                gate[0].release(0);
+                fetcher.progress(); // post 1: the metadata, its window wrong
+                gate[0].awaitLanded(1);
+                forged.metaMem.putLong(offsetsAt + 8, 600).putLong(offsetsAt + 16, 700); // right from now on
+                for (int i = 1; i < 4; i++) { // the window again (slot, metadata), then the data
+                    gate[0].release(i);
+                    fetcher.progress();
+                }
+                assertEquals(5, gate[0].postCount(), "the wrong window was not READ again");
+                gate[0].release(4);
+                try (BlockFetcher.Block b = fetcher.next()) {
+                    assertEquals(100, b.length());
+                }
+                assertEquals(1, fetcher.metadataReadsAgain());
+                assertEquals(1, cache.size());
+
+                // Cached metadata: the offsets window alone, wrong once.
+                forged.metaMem.putLong(offsetsAt + 16, 1200);
+                fetcher.add(forged.request(peer, 2, 3)); // post 5: offsets 2..3
+                gate[0].release(5);
+                forged.metaMem.putLong(offsetsAt + 16, 700);
+                fetcher.progress(); // post 6: the slot again, the cached metadata dropped
+                assertEquals(0, cache.size(), "the metadata the wrong window was READ with stayed cached");
+                for (int i = 6; i < 8; i++) {
+                    gate[0].release(i);
+                    fetcher.progress();
+                }
+                gate[0].release(8);
+                try (BlockFetcher.Block b = fetcher.next()) {
+                    assertEquals(300, b.length());
+                }
+                assertEquals(2, fetcher.metadataReadsAgain());
+            }
+            assertEquals(0, pool.stats().inUseBuffers());
+        }
+    }
+
+    /**
+     * The byte budget bounds what a fetcher takes from the pool: a 32-byte slot READ takes a buffer of the
+     * smallest class, and that is what it is charged. 64 slot READs with a budget of 64 KiB once took 256 KiB.
+     */
+    @Test
+    @Timeout(60)
+    void shouldChargeTheBudgetWhatItsBuffersTakeFromThePoolWhenManySmallReadsAreInFlight(@TempDir Path dir)
+            throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar())) {
+            Outputs out = new Outputs(executor, dir, 44, 64, 2, 2_000, 5);
+            long budget = 64 << 10;
+            try (ShuffleOutputTable table = out.table;
+                 BlockFetcher fetcher = new BlockFetcher(reducer, pool, new MetadataCache(), budget, 1000, 64 << 10,
+                         30_000)) {
+                for (int m = 0; m < 64; m++) {
+                    fetcher.add(out.request(executor.localAddress(), m, 0, 1));
+                }
+                long inUse = pool.stats().inUseBytes();
+                assertTrue(inUse <= budget, "64 slot READs hold " + inUse + " bytes of the pool, the budget is "
+                        + budget + " (the fetcher counts " + fetcher.bytesInFlight() + ")");
+                assertEquals(inUse, fetcher.bytesInFlight(), "the budget counts what the pool gave");
+                int got = 0;
+                long most = 0;
+                while (fetcher.outstanding() > 0) {
+                    try (BlockFetcher.Block b = fetcher.next()) {
+                        out.assertBytes(b);
+                        got++;
+                    }
+                    most = Math.max(most, pool.stats().inUseBytes());
+                }
+                assertEquals(64, got);
+                assertTrue(most <= budget, "the pool held " + most + " bytes for a budget of " + budget);
+                assertEquals(0, fetcher.bytesInFlight());
             }
             assertEquals(0, pool.stats().inUseBuffers());
         }
@@ -680,7 +780,7 @@ class BlockFetcherTest {
         }
     }
 
-    /** Calls {@link BlockFetcher#progress} until every READ is taken up and {@code bytes} are in blocks. */
+    /** Calls {@link BlockFetcher#progress} until every READ is taken up and blocks hold {@code bytes} of the pool. */
     private static void progressUntilArrived(BlockFetcher fetcher, long bytes) throws InterruptedException {
         assertTrue(eventually(60, () -> {
             fetcher.progress(); // as the reader does between local blocks
@@ -700,7 +800,7 @@ class BlockFetcherTest {
                 long total = 0;
                 for (int m = 0; m < 4; m++) {
                     assertTrue(out.offsets[m][1] > 0, "map " + m + " is empty");
-                    total += out.offsets[m][1];
+                    total += pool.bytesTaken((int) out.offsets[m][1]); // what each block holds of the pool
                     fetcher.add(out.request(executor.localAddress(), m, 0, 1));
                 }
                 progressUntilArrived(fetcher, total);
@@ -732,7 +832,7 @@ class BlockFetcherTest {
                 long total = 0;
                 for (int m = 1; m < 4; m++) {
                     assertTrue(out.offsets[m][2] > 0, "map " + m + " is empty");
-                    total += out.offsets[m][2];
+                    total += pool.bytesTaken((int) out.offsets[m][2]);
                     fetcher.add(out.request(executor.localAddress(), m, 0, 2));
                 }
                 progressUntilArrived(fetcher, total);
@@ -936,8 +1036,8 @@ class BlockFetcherTest {
             return posts.size();
         }
 
-        /** Hands post {@code i}'s completions to the fetcher, once they all came. */
-        void release(int i) throws InterruptedException {
+        /** Waits until every READ of post {@code i} completed on the real channel (its bytes landed). */
+        Post awaitLanded(int i) throws InterruptedException {
             Post p;
             synchronized (this) {
                 p = posts.get(i);
@@ -947,6 +1047,12 @@ class BlockFetcherTest {
                     return p.completions.size() == p.reads;
                 }
             }), "post " + i + " never completed");
+            return p;
+        }
+
+        /** Hands post {@code i}'s completions to the fetcher, once they all came. */
+        void release(int i) throws InterruptedException {
+            Post p = awaitLanded(i);
             for (long[] c : p.completions) {
                 p.listener.onReadComplete(c[0], (int) c[1], (int) c[2]);
             }
