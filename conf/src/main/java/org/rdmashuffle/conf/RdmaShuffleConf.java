@@ -122,6 +122,15 @@ public final class RdmaShuffleConf {
                     + "the driver no longer knows is dropped as Spark's message would have dropped it: one INFO "
                     + "line, counted in the metric `registrations.orphanShufflesDropped`."));
 
+    public static final ConfigKey<Integer> NODE_RESTARTS = declare(ConfigKey.integer(PREFIX + "nodeRestarts", 3, 0, 1000,
+            "How many times an executor starts a new node after its node failed (a transport loop or the RDMA "
+                    + "device could not go on). A failed node is withdrawn from the driver's directory and closed at "
+                    + "once: the executor's reads and writes, and other executors' reads of its outputs, go through "
+                    + "Spark's own shuffle path, blaming nobody. Once none of its tasks holds a receive buffer of the "
+                    + "failed node any more, a new node starts (new outputs are registered there; older ones stay on "
+                    + "Spark's path). 0: never; past the count the executor stays on Spark's path for its life. "
+                    + "Counted in the metrics `transport.nodeFailed` and `transport.nodeRestarts`."));
+
     public static final ConfigKey<Long> POOL_MIN_BUFFER_SIZE = declare(ConfigKey.bytes(
             PREFIX + "pool.minBufferSize", "4k", 512, 1L << 30, true,
             "Smallest size class of the registered buffer pool."));
@@ -416,6 +425,10 @@ public final class RdmaShuffleConf {
 
     public long orphanCheckIntervalMs() {
         return get(ORPHAN_CHECK_INTERVAL);
+    }
+
+    public int nodeRestarts() {
+        return get(NODE_RESTARTS);
     }
 
     public int poolMinBufferSizeBytes() {

@@ -876,7 +876,7 @@ public final class BlockFetcher implements AutoCloseable {
     private FetchFailure timedOut() {
         Request r = oldestOutstanding();
         String which = r == null ? "" : "; oldest outstanding: map index " + r.mapIndex() + " at " + r.peer();
-        return new FetchFailure(r, "no block arrived within " + timeoutMs + " ms" + which, null);
+        return new FetchFailure(r, "no block arrived within " + timeoutMs + " ms" + which, null, true);
     }
 
     private void prunePosted() {

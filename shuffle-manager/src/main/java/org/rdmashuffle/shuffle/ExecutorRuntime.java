@@ -41,10 +41,10 @@ final class ExecutorRuntime implements AutoCloseable {
     private final java.util.concurrent.ConcurrentSkipListSet<Integer> unregistered =
             new java.util.concurrent.ConcurrentSkipListSet<>();
     private static final int MAX_UNREGISTERED_REMEMBERED = 100_000;
-    private final Map<String, RegionDescriptor> remoteTables = new ConcurrentHashMap<>();
+    private final RemoteTables remoteTables = new RemoteTables();
     private final Map<Integer, MetadataCache> metadataCaches = new ConcurrentHashMap<>();
     private final LongAdder controlBytesRead = new LongAdder();
-    private final Object capLock = new Object();
+    private final RegistrationCap cap;
     /** Shuffles whose output table could not be registered here. */
     private final java.util.Set<Integer> noTable = ConcurrentHashMap.newKeySet();
     private final java.util.Set<String> sparkPathPeers = ConcurrentHashMap.newKeySet();
@@ -59,8 +59,21 @@ final class ExecutorRuntime implements AutoCloseable {
     private final LongAdder orphanShufflesDropped = new LongAdder();
     /** Drops a shuffle as Spark's cleanup message would have (the manager's unregistration, files included). */
     private final java.util.function.IntConsumer dropShuffle;
-    /** Asks the driver every {@code orphanCheckInterval} about the shuffles held here; null when off. */
-    private final java.util.concurrent.ScheduledExecutorService orphanCheck;
+    /**
+     * Looks at the node's health every second ({@link #checkHealth}) and asks the driver every
+     * {@code orphanCheckInterval} about the shuffles held here.
+     */
+    private final java.util.concurrent.ScheduledExecutorService maintenance;
+    /** Set once this runtime's node failed and was withdrawn ({@link #retire}); never cleared. */
+    private final java.util.concurrent.atomic.AtomicBoolean retired = new java.util.concurrent.atomic.AtomicBoolean();
+    /** Set once {@link #retire} closed the node: only then may the manager close this runtime and start anew. */
+    private volatile boolean retireDone;
+    private volatile String failureReason;
+    private final LongAdder metadataReadsAgain = new LongAdder();
+    /** Tasks that fetched blocks through Spark's path because the pool stayed at its cap past the acquire timeout. */
+    private final LongAdder poolExhaustedFallbacks = new LongAdder();
+    private final java.util.concurrent.atomic.AtomicBoolean warnedPoolExhausted =
+            new java.util.concurrent.atomic.AtomicBoolean();
     /** Peers whose cached node address, table and metadata were dropped after a failed fetch from them. */
     private final LongAdder peersForgotten = new LongAdder();
     private final java.util.concurrent.atomic.AtomicBoolean warnedUnregistered =
@@ -95,19 +108,105 @@ final class ExecutorRuntime implements AutoCloseable {
             throw e;
         }
         this.pool = p;
+        this.cap = new RegistrationCap(conf.maxRegisteredOutputBytes(), this::registeredOutputBytes);
+        String name = "rdma-shuffle-maintenance-" + executorId;
+        maintenance = java.util.concurrent.Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, name);
+            t.setDaemon(true);
+            return t;
+        });
+        maintenance.scheduleWithFixedDelay(this::checkHealth, HEALTH_CHECK_MS, HEALTH_CHECK_MS, TimeUnit.MILLISECONDS);
         long every = conf.orphanCheckIntervalMs();
         if (every > 0) {
-            String name = "rdma-shuffle-orphan-check-" + executorId;
-            orphanCheck = java.util.concurrent.Executors.newSingleThreadScheduledExecutor(r -> {
-                Thread t = new Thread(r, name);
-                t.setDaemon(true);
-                return t;
-            });
-            orphanCheck.scheduleWithFixedDelay(this::dropOrphanShuffles, every, every, TimeUnit.MILLISECONDS);
-        } else {
-            orphanCheck = null;
+            maintenance.scheduleWithFixedDelay(this::dropOrphanShuffles, every, every, TimeUnit.MILLISECONDS);
         }
         LOG.info("rdma-shuffle executor {} serving on {}", executorId, node.localAddress());
+    }
+
+    /** How often the maintenance thread looks at the node's health. */
+    private static final long HEALTH_CHECK_MS = 1000;
+
+    /**
+     * Whether this runtime's node can no longer serve or READ: it failed (a transport loop or the device
+     * could not go on), or it was withdrawn after failing. One volatile read or two: cheap on task paths.
+     */
+    boolean failed() {
+        return retired.get() || node.failure() != null;
+    }
+
+    /** Why {@link #failed()}, for log lines and errors. */
+    String failureReason() {
+        String why = failureReason;
+        if (why != null) {
+            return why;
+        }
+        Throwable f = node.failure();
+        return f == null ? "its node was closed" : String.valueOf(f);
+    }
+
+    /**
+     * A task found the node failed: the maintenance thread withdraws it now rather than at its next tick
+     * (the task itself goes on through Spark's path and does not wait for that).
+     */
+    void nodeFailureSeen() {
+        if (!retired.get()) {
+            try {
+                maintenance.execute(this::checkHealth);
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                LOG.debug("maintenance stopped: the runtime is closing", e);
+            }
+        }
+    }
+
+    /** The maintenance thread's look at the node: a node that failed is withdrawn ({@link #retire}). */
+    private void checkHealth() {
+        try {
+            if (!retired.get() && node.failure() != null) {
+                retire();
+            }
+        } catch (Throwable t) { // a scheduled task that throws is never run again
+            LOG.warn("rdma-shuffle: checking executor {}'s node failed", executorId, t);
+        }
+    }
+
+    /**
+     * Withdraws a node that failed, so that nobody is blamed for it: first from the driver's directory (readers
+     * on other executors then take this executor's blocks through Spark's path — those whose READs to it fail
+     * ask the directory again before blaming it), then the node is closed, so peers' connections are refused
+     * at once instead of timing out. This executor's own reads and writes take Spark's path from the moment
+     * the failure is seen ({@link #failed()}); the manager starts a new runtime once nothing uses this one.
+     * On the maintenance thread; idempotent.
+     */
+    void retire() {
+        if (!retired.compareAndSet(false, true)) {
+            return;
+        }
+        Throwable f = node.failure();
+        failureReason = "its RDMA node " + node.localAddress() + " failed: " + (f == null ? "closed" : f.toString());
+        LOG.warn("rdma-shuffle: executor {}'s {}. Its node leaves the driver's directory and closes; this executor "
+                + "reads and writes through Spark's own shuffle path until a new node starts (when its tasks "
+                + "let go of the old one); readers elsewhere take its blocks through Spark's path, blaming nobody",
+                executorId, failureReason, f);
+        try {
+            directory.forget(executorId);
+        } catch (Exception e) {
+            LOG.warn("rdma-shuffle: cannot withdraw executor {}'s failed node from the driver's directory ({}); "
+                    + "readers whose READs to it fail will blame it", executorId, e.toString());
+        }
+        try {
+            node.close();
+        } catch (RuntimeException e) {
+            LOG.warn("rdma-shuffle: closing executor {}'s failed node", executorId, e);
+        }
+        retireDone = true;
+    }
+
+    /**
+     * Whether this runtime was withdrawn after its node failed and no task holds anything of it any more (no
+     * receive buffer in use): then it can be closed and a new one started.
+     */
+    boolean retiredAndUnused() {
+        return retireDone && pool.stats().inUseBuffers() == 0;
     }
 
     private RegionDescriptor localTable(int shuffleId) {
@@ -150,6 +249,12 @@ final class ExecutorRuntime implements AutoCloseable {
     void publish(int shuffleId, int numMaps, int mapIndex, long mapId, File data, long[] offsets) {
         long bytes = offsets[offsets.length - 1];
         ShuffleOutputTable table;
+        if (failed()) {
+            // The node is withdrawn (or about to be): readers take this executor's outputs through Spark's path.
+            nodeFailureSeen();
+            LOG.debug("map output {} of shuffle {} is not registered: {}", mapIndex, shuffleId, failureReason());
+            return;
+        }
         if (noTable.contains(shuffleId)) {
             leftToSpark(shuffleId, mapIndex, bytes, "its output table could not be registered", null);
             return;
@@ -168,19 +273,27 @@ final class ExecutorRuntime implements AutoCloseable {
             leftToSpark(shuffleId, mapIndex, bytes, "its output table cannot be registered: " + e.getMessage(), e);
             return;
         }
-        long cap = conf.maxRegisteredOutputBytes();
-        if (cap == 0) {
-            register(table, shuffleId, mapIndex, mapId, data, offsets);
+        // Concurrent map tasks: the check and the registration are one step for the cap (a reservation), but
+        // no lock is held while the file is mapped and registered, so commits do not wait for each other.
+        if (!cap.reserve(bytes)) {
+            leftToSpark(shuffleId, mapIndex, bytes, "registering its " + bytes + " bytes would pass "
+                    + RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES.name() + " (" + cap.capBytes() + " bytes)", null);
+            publishUnregistered(table, mapIndex, mapId);
             return;
         }
-        synchronized (capLock) { // concurrent map tasks: the check and the registration are one step
-            if (bytes > 0 && registeredOutputBytes() + bytes > cap) {
-                leftToSpark(shuffleId, mapIndex, bytes, "registering its " + bytes + " bytes would pass "
-                        + RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES.name() + " (" + cap + " bytes)", null);
-                table.publishUnregistered(mapIndex, mapId);
-                return;
-            }
+        try {
             register(table, shuffleId, mapIndex, mapId, data, offsets);
+        } finally {
+            cap.release(bytes);
+        }
+    }
+
+    /** Marks an output left to Spark's path in its table; a table closed meanwhile (node failed) is left alone. */
+    private void publishUnregistered(ShuffleOutputTable table, int mapIndex, long mapId) {
+        try {
+            table.publishUnregistered(mapIndex, mapId);
+        } catch (RuntimeException e) {
+            LOG.debug("cannot mark map output {} as left to Spark's path in its table", mapIndex, e);
         }
     }
 
@@ -190,9 +303,13 @@ final class ExecutorRuntime implements AutoCloseable {
             MapOutputLayout layout = new MapOutputLayout(offsets, conf.maxRegionSizeBytes());
             table.publish(mapIndex, mapId, RegisteredMapOutput.register(node, data.toPath(), layout));
         } catch (IOException | RuntimeException e) {
+            if (failed()) { // the node failed meanwhile: withdrawn, readers take Spark's path for every output here
+                nodeFailureSeen();
+                return;
+            }
             leftToSpark(shuffleId, mapIndex, offsets[offsets.length - 1], "it cannot be registered (" + data + "): "
                     + e.getMessage(), e);
-            table.publishUnregistered(mapIndex, mapId);
+            publishUnregistered(table, mapIndex, mapId);
         }
     }
 
@@ -254,6 +371,31 @@ final class ExecutorRuntime implements AutoCloseable {
     }
 
     /**
+     * A task's READs were given up because the pool stayed at its cap past {@code pool.acquireTimeout} (other
+     * tasks hold its buffers): its blocks not yet READ go through Spark's path. One WARN per executor.
+     */
+    void notePoolExhausted(Exception e) {
+        poolExhaustedFallbacks.increment();
+        if (warnedPoolExhausted.compareAndSet(false, true)) {
+            LOG.warn("rdma-shuffle: the receive pool stayed at its cap ({}); a task's shuffle blocks not READ yet "
+                    + "are fetched through Spark's own shuffle path instead of failing the task. Raise "
+                    + "spark.shuffle.rdma.pool.maxRegisteredBytes or lower spark.shuffle.rdma.maxBytesInFlight "
+                    + "(later ones are counted in fallback.poolExhaustedTasks)", e.getMessage());
+        } else {
+            LOG.debug("receive pool exhausted; a task's remaining blocks go through Spark's path", e);
+        }
+    }
+
+    /** Counts metadata windows READ again by a task's fetcher because what landed did not make sense. */
+    void addMetadataReadsAgain(long n) {
+        if (n > 0) {
+            metadataReadsAgain.add(n);
+            LOG.info("rdma-shuffle: {} metadata window(s) READ again on executor {} because what landed did not make "
+                    + "sense (fetch.metadataReadsAgain)", n, executorId);
+        }
+    }
+
+    /**
      * Logs, once per executor of this runtime's life and per {@code peerExecutorId}, that blocks of
      * that peer are read through Spark's own path and why.
      */
@@ -285,9 +427,8 @@ final class ExecutorRuntime implements AutoCloseable {
      * The output table descriptor of {@code shuffleId} at {@code peer}, asked once and cached; null
      * when the peer holds no table for it (it registered none of its outputs: Spark's path serves them).
      */
-    RegionDescriptor remoteTable(NodeAddress peer, int shuffleId) throws TransportException {
-        String key = peer + "#" + shuffleId;
-        RegionDescriptor d = remoteTables.get(key);
+    RegionDescriptor remoteTable(String peerExecutorId, NodeAddress peer, int shuffleId) throws TransportException {
+        RegionDescriptor d = remoteTables.get(peerExecutorId, peer, shuffleId);
         if (d != null) {
             return d;
         }
@@ -302,7 +443,7 @@ final class ExecutorRuntime implements AutoCloseable {
         if (d == null) {
             return null;
         }
-        remoteTables.put(key, d);
+        remoteTables.put(peerExecutorId, peer, shuffleId, d);
         return d;
     }
 
@@ -330,7 +471,7 @@ final class ExecutorRuntime implements AutoCloseable {
         peersForgotten.increment();
         directory.invalidate(executorId);
         if (peer != null) {
-            remoteTables.remove(peer + "#" + shuffleId);
+            remoteTables.forget(executorId, peer, shuffleId);
             MetadataCache c = metadataCaches.get(shuffleId);
             if (c != null) {
                 c.forget(peer);
@@ -345,8 +486,7 @@ final class ExecutorRuntime implements AutoCloseable {
      */
     void refreshRemoved() {
         for (NodeAddress gone : directory.refreshRemoved()) {
-            String prefix = gone + "#";
-            remoteTables.keySet().removeIf(k -> k.startsWith(prefix));
+            remoteTables.forgetNode(gone);
             for (MetadataCache c : metadataCaches.values()) {
                 c.forget(gone);
             }
@@ -367,7 +507,7 @@ final class ExecutorRuntime implements AutoCloseable {
         }
         metadataCaches.remove(shuffleId);
         noTable.remove(shuffleId);
-        remoteTables.keySet().removeIf(k -> k.endsWith("#" + shuffleId));
+        remoteTables.forgetShuffle(shuffleId);
     }
 
     /**
@@ -378,9 +518,7 @@ final class ExecutorRuntime implements AutoCloseable {
         java.util.TreeSet<Integer> held = new java.util.TreeSet<>(tables.keySet());
         held.addAll(noTable);
         held.addAll(metadataCaches.keySet());
-        for (String k : remoteTables.keySet()) {
-            held.add(Integer.parseInt(k.substring(k.lastIndexOf('#') + 1)));
-        }
+        remoteTables.addShufflesTo(held);
         return held.stream().mapToInt(Integer::intValue).toArray();
     }
 
@@ -427,25 +565,28 @@ final class ExecutorRuntime implements AutoCloseable {
         }
     }
 
-    /** What this executor holds and has moved, for operators and tests. */
-    RdmaShuffleManager.ExecutorStats stats() {
+    /**
+     * What this executor holds and has moved, for operators and tests.
+     *
+     * @param nodeRestarts nodes this executor started after one failed (the manager counts them)
+     */
+    RdmaShuffleManager.ExecutorStats stats(long nodeRestarts) {
         return new RdmaShuffleManager.ExecutorStats(executorId, node.stats(), pool.stats(), List.copyOf(tables.keySet()),
                 registeredOutputBytes(), controlBytesRead.sum(), unregisteredOutputs.sum(),
                 unregisteredOutputBytes.sum(), receiveMemoryFallbacks.sum(), blocksViaSpark.sum(), peersForgotten.sum(),
-                orphanShufflesDropped.sum());
+                orphanShufflesDropped.sum(), metadataReadsAgain.sum(), poolExhaustedFallbacks.sum(),
+                failed() ? 1 : 0, nodeRestarts);
     }
 
     @Override
     public void close() {
-        if (orphanCheck != null) { // last started, first stopped: no check runs on what closes below
-            orphanCheck.shutdownNow();
-            try {
-                if (!orphanCheck.awaitTermination(10, TimeUnit.SECONDS)) {
-                    LOG.warn("rdma-shuffle: executor {}'s orphan check did not stop within 10 s", executorId);
-                }
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
+        maintenance.shutdownNow(); // last started, first stopped: no check runs on what closes below
+        try {
+            if (!maintenance.awaitTermination(10, TimeUnit.SECONDS)) {
+                LOG.warn("rdma-shuffle: executor {}'s maintenance thread did not stop within 10 s", executorId);
             }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
         for (Integer id : tables.keySet()) {
             unregisterShuffle(id);

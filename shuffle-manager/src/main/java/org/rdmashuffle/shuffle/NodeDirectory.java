@@ -307,6 +307,35 @@ public final class NodeDirectory {
             return removedKnown.contains(executorId);
         }
 
+        /**
+         * What the driver knows of {@code executorId}'s node now, asked afresh (its cached node is dropped;
+         * the answer is cached as {@link #find} caches it), at most 5 s: a reader asks it before blaming an
+         * executor whose node it could not reach, which may have withdrawn its node (it failed) or started a
+         * new one.
+         *
+         * @return the answer, or null when the driver could not be asked
+         */
+        public Found recheck(String executorId) {
+            cache.remove(executorId);
+            byte[] enc;
+            try {
+                enc = (byte[]) driver.askSync(new Lookup(executorId), REMOVED_TIMEOUT, ClassTag$.MODULE$.Any());
+            } catch (Exception e) { // RpcTimeoutException is checked
+                LOG.debug("cannot ask the driver about executor {}'s node", executorId, e);
+                return null;
+            }
+            if (enc.length == 0) {
+                return new Found(null, false);
+            }
+            if (java.util.Arrays.equals(enc, REMOVED)) {
+                removedKnown.add(executorId);
+                return new Found(null, true);
+            }
+            NodeAddress a = NodeAddress.decode(ByteBuffer.wrap(enc));
+            cache.put(executorId, a);
+            return new Found(a, false);
+        }
+
         /** Whether Spark removed {@code executorId}, asked of the driver now (its cached node is dropped). */
         public boolean removed(String executorId) {
             cache.remove(executorId);
@@ -347,9 +376,15 @@ public final class NodeDirectory {
             cache.remove(executorId);
         }
 
-        public void forget(String executorId) {
+        /**
+         * Withdraws {@code executorId}'s node from the driver's directory (readers then take its blocks through
+         * Spark's path), at most 5 s.
+         *
+         * @throws Exception when the driver could not be told
+         */
+        public void forget(String executorId) throws Exception {
             cache.remove(executorId);
-            driver.askSync(new Forget(executorId), ClassTag$.MODULE$.Any());
+            driver.askSync(new Forget(executorId), REMOVED_TIMEOUT, ClassTag$.MODULE$.Any());
         }
     }
 }

@@ -62,11 +62,19 @@ public final class RdmaShuffleManager implements ShuffleManager {
      *     READs (their executor serves no node, left them unregistered, does not hold them in its table, was
      *     removed while an external shuffle service serves its files, or receive memory was refused), since
      *     it started
+     * @param peersForgotten peers whose cached node, table and metadata were dropped after a failed fetch
+     * @param orphanShufflesDropped shuffles dropped because the driver no longer knew them
+     * @param metadataReadsAgain metadata or offsets windows READ again because what landed did not make sense
+     * @param poolExhaustedTasks reduce tasks that fetched blocks through Spark's path because the receive pool
+     *     stayed at its cap past its acquire timeout
+     * @param nodeFailed 1 while the current node has failed (withdrawn, not yet replaced), else 0
+     * @param nodeRestarts nodes started after one failed, in this executor's life
      */
     public record ExecutorStats(String executorId, NodeStats node, BufferPoolStats pool, List<Integer> shuffles,
                                 long registeredOutputBytes, long controlBytesRead, long unregisteredOutputs,
                                 long unregisteredOutputBytes, long receiveMemoryFallbacks, long blocksViaSpark,
-                                long peersForgotten, long orphanShufflesDropped)
+                                long peersForgotten, long orphanShufflesDropped, long metadataReadsAgain,
+                                long poolExhaustedTasks, long nodeFailed, long nodeRestarts)
             implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
     }
@@ -78,6 +86,8 @@ public final class RdmaShuffleManager implements ShuffleManager {
     private final String driverFallback;
     private volatile ExecutorRuntime runtime;
     private volatile String runtimeFailure;
+    /** Runtimes started after one whose node failed (written under this). */
+    private volatile int nodeRestarts;
     private volatile NodeDirectory.Endpoint directory;
     private final RdmaShuffleSource source;
     private volatile boolean sourceRegistered;
@@ -278,8 +288,11 @@ public final class RdmaShuffleManager implements ShuffleManager {
      */
     ExecutorRuntime runtime() {
         ExecutorRuntime rt = runtime;
-        if (rt != null || runtimeFailure != null) {
-            return rt;
+        if (rt != null) {
+            return rt.failed() ? replaceFailed(rt) : rt;
+        }
+        if (runtimeFailure != null) {
+            return null;
         }
         registerSource();
         synchronized (this) {
@@ -304,6 +317,46 @@ public final class RdmaShuffleManager implements ShuffleManager {
         }
     }
 
+    /**
+     * A runtime whose node failed: withdrawn at once (by its maintenance thread), and — once none of this
+     * executor's tasks holds anything of it — closed and replaced by a new one, at most
+     * {@code nodeRestarts} times in the executor's life. Until then (and past the count, for good) the
+     * caller gets null: Spark's path, blaming nobody.
+     */
+    private ExecutorRuntime replaceFailed(ExecutorRuntime rt) {
+        rt.nodeFailureSeen();
+        if (!rt.retiredAndUnused()) {
+            return null;
+        }
+        synchronized (this) {
+            if (runtime != rt) {
+                return runtime; // another task replaced it meanwhile (or the manager stopped)
+            }
+            runtime = null;
+            rt.close();
+            if (stopped) {
+                return null;
+            }
+            if (nodeRestarts >= conf.nodeRestarts()) {
+                runtimeFailure = "rdma-shuffle's node failed (" + rt.failureReason() + ") and "
+                        + RdmaShuffleConf.NODE_RESTARTS.name() + "=" + conf.nodeRestarts() + " restarts are used up";
+                LOG.warn("{}; this executor reads and writes through Spark's sort shuffle from now on", runtimeFailure);
+                return null;
+            }
+            nodeRestarts++;
+            try {
+                runtime = new ExecutorRuntime(conf, SparkEnv.get(), this::dropOrphanShuffle);
+                LOG.warn("rdma-shuffle: started a new node after the last one failed ({} of {} restarts); outputs "
+                        + "registered with the old node stay on Spark's path", nodeRestarts, conf.nodeRestarts());
+            } catch (Exception e) {
+                runtimeFailure = "rdma-shuffle cannot start a new node after its node failed: " + e.getMessage();
+                LOG.warn("{}; this executor reads and writes through Spark's sort shuffle from now on",
+                        runtimeFailure, e);
+            }
+            return runtime;
+        }
+    }
+
     /** Why the driver uses Spark's sort shuffle for every shuffle, if it does. */
     public Optional<String> driverFallback() {
         return Optional.ofNullable(driverFallback);
@@ -312,7 +365,7 @@ public final class RdmaShuffleManager implements ShuffleManager {
     /** This executor's counters; empty before its runtime started or when it could not. */
     public Optional<ExecutorStats> executorStats() {
         ExecutorRuntime rt = runtime;
-        return rt == null ? Optional.empty() : Optional.of(rt.stats());
+        return rt == null ? Optional.empty() : Optional.of(rt.stats(nodeRestarts));
     }
 
     RdmaShuffleConf conf() {

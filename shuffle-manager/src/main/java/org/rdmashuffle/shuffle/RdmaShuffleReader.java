@@ -170,9 +170,23 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             }
             RegionDescriptor table;
             try {
-                table = rt.remoteTable(peer, shuffleId);
+                table = rt.remoteTable(bm.executorId(), peer, shuffleId);
             } catch (TransportException e) {
                 rt.forgetPeer(bm.executorId(), peer, shuffleId);
+                if (rt.failed()) {
+                    // This executor's own node failed, not the peer's: nothing was read yet, so the whole task
+                    // goes through Spark's path and nobody is blamed.
+                    rt.nodeFailureSeen();
+                    LOG.debug("this executor's node failed ({}); the task reads through Spark's path",
+                            rt.failureReason(), e);
+                    return sortRead();
+                }
+                String withdrawn = never ? null : nodeWithdrawn(rt, bm.executorId(), peer);
+                if (withdrawn != null) {
+                    rt.noteSparkPath(bm.executorId(), withdrawn);
+                    viaSpark.put(bm, tracked(blocks));
+                    continue;
+                }
                 if (ess && !never) { // gone, or going: the external shuffle service serves its files
                     rt.noteSparkPath(bm.executorId(), "its node cannot be reached (" + e.getMessage() + "); the "
                             + "external shuffle service serves its files", true);
@@ -197,6 +211,22 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             }
         }
         return decodeAndCombine(new Blocks(rt, local, remote, tables, viaSpark, ess && !never));
+    }
+
+    /**
+     * Why {@code executorId}'s node at {@code peer}, which could not be reached, is not to blame — it failed
+     * and left the driver's directory, or was replaced by a new one — asked of the driver afresh (at most
+     * 5 s); null when the directory still names {@code peer} (or cannot be asked, or Spark removed the
+     * executor): then the executor failed to serve, and a fetch failure names it.
+     */
+    private static String nodeWithdrawn(ExecutorRuntime rt, String executorId, NodeAddress peer) {
+        NodeDirectory.Found now = rt.directory.recheck(executorId);
+        if (now == null || now.removed() || peer.equals(now.address())) {
+            return null;
+        }
+        return now.address() == null
+                ? "its node " + peer + " failed and left the driver's directory"
+                : "its node " + peer + " failed and was replaced by " + now.address();
     }
 
     /**
@@ -267,6 +297,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         private InputStream sparkStream;
         /** A failed READ sends the task's remaining blocks through Spark's client (an external shuffle service). */
         private final boolean sparkAfterFailure;
+        /** Peers whose node failed and left the directory (or was replaced) while this task READ from them. */
+        private final java.util.Set<String> withdrawnPeers = new java.util.HashSet<>();
 
         Blocks(ExecutorRuntime rt, List<Origin> local, List<Origin> remote, Map<BlockManagerId, RegionDescriptor> tables,
                Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> viaSpark, boolean sparkAfterFailure) {
@@ -434,8 +466,21 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             } catch (BufferPoolException e) {
                 readRestThroughSpark(e);
                 return null;
-            } catch (FetchFailure f) { // the peer's fault; this executor's own is a BufferPoolException
+            } catch (FetchFailure f) { // the peer's fault, unless this executor's own node failed
+                if (rt.failed()) {
+                    ownNodeFailed(f);
+                    return null;
+                }
                 Origin o = blame(f);
+                if (f.isResult() && o.peer() != null && rt.conf.fallback() != RdmaShuffleConf.Fallback.NEVER
+                        && peerWithdrew(o)) {
+                    List<Tuple3<BlockId, Object, Object>> l = unregistered.computeIfAbsent(o.address(),
+                            a -> new ArrayList<>());
+                    for (Origin each : origins.remove(f.request())) {
+                        l.add(each.tracked());
+                    }
+                    return null;
+                }
                 if (sparkAfterFailure) {
                     rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId()); // fetchFailed does it otherwise
                     rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone
@@ -587,6 +632,13 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             private RuntimeException failed(BlockFetcher.StreamFailed e) {
                 Origin o = origin;
                 releaseCurrent(); // every window buffer back now
+                if (rt.failed()) {
+                    // This executor's node failed mid-block: records of the block were handed on already, so it
+                    // cannot switch to Spark's path; the task fails (and is retried) without blaming the peer.
+                    rt.nodeFailureSeen();
+                    return new IllegalStateException("this executor's RDMA node failed while block " + o.blockId()
+                            + " was streamed (" + rt.failureReason() + "); the task is retried", e);
+                }
                 return fetchFailed(o, e.failure()); // forgets the peer's cached table and metadata too
             }
 
@@ -705,13 +757,52 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
          * {@code e} null: the READs were given up already and new requests follow the rest.
          */
         private void readRestThroughSpark(BufferPoolException e) {
-            if (e != null && (!e.memoryUnavailable() || rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER)) {
-                throw e;
+            boolean nodeFailed = rt.failed(); // the pool closes with a failed node's runtime
+            if (e != null && (rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER
+                    || !(e.memoryUnavailable() || e.exhausted() || nodeFailed))) {
+                throw e; // interrupted (a killed task), a size no buffer can hold, or fallback=never
             }
-            if (!readsAbandoned) {
-                rt.noteReceiveMemoryUnavailable(e);
+            if (!readsAbandoned && e != null) {
+                if (nodeFailed) {
+                    rt.nodeFailureSeen();
+                } else if (e.exhausted()) {
+                    rt.notePoolExhausted(e);
+                } else {
+                    rt.noteReceiveMemoryUnavailable(e);
+                }
             }
             abandonReads();
+        }
+
+        /**
+         * This executor's own node failed (a transport loop or the device could not go on), which made a READ
+         * fail: nobody else is to blame. Every block not taken yet goes through Spark's path.
+         */
+        private void ownNodeFailed(FetchFailure f) {
+            rt.nodeFailureSeen();
+            LOG.debug("this executor's node failed ({}); the task's remaining blocks go through Spark's path",
+                    rt.failureReason(), f);
+            abandonReads();
+        }
+
+        /**
+         * Whether the peer of a failed request withdrew its node (it failed) or replaced it since this task
+         * looked it up: then that request — and any later failure of this task's READs from that peer — goes
+         * through Spark's path. Asks the driver once per peer and task.
+         */
+        private boolean peerWithdrew(Origin o) {
+            String id = o.address().executorId();
+            if (withdrawnPeers.contains(id)) {
+                return true;
+            }
+            String why = nodeWithdrawn(rt, id, o.peer());
+            if (why == null) {
+                return false;
+            }
+            withdrawnPeers.add(id);
+            rt.forgetPeer(id, o.peer(), handle.shuffleId());
+            rt.noteSparkPath(id, why);
+            return true;
         }
 
         /** Every request the fetcher has not handed out goes through Spark's path; no more READs. */
@@ -785,6 +876,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             releaseCurrent();
             fetcher.close();
             rt.addControlBytesRead(fetcher.controlBytesRead());
+            rt.addMetadataReadsAgain(fetcher.metadataReadsAgain());
             context.taskMetrics().mergeShuffleReadMetrics();
         }
     }

@@ -45,6 +45,8 @@ final class RdmaShuffleSource implements Source {
         gauge("transport.channelsOpened", s -> s.node().channelsOpened());
         gauge("transport.reconnects", s -> s.node().reconnects());
         gauge("transport.connectionsRefused", s -> s.node().connectionsRefused());
+        gauge("transport.nodeFailed", s -> s.nodeFailed());
+        gauge("transport.nodeRestarts", s -> s.nodeRestarts());
         // Registered memory: served map outputs and output tables, and the receive pool.
         gauge("registrations.regions", s -> s.node().registeredRegions());
         gauge("registrations.bytes", s -> s.node().registeredBytes());
@@ -64,7 +66,9 @@ final class RdmaShuffleSource implements Source {
         // What readers took through Spark's own path instead of READs.
         gauge("fallback.receiveMemoryTasks", s -> s.receiveMemoryFallbacks());
         gauge("fallback.blocksViaSpark", s -> s.blocksViaSpark());
+        gauge("fallback.poolExhaustedTasks", s -> s.poolExhaustedTasks());
         gauge("fetch.peersForgotten", s -> s.peersForgotten());
+        gauge("fetch.metadataReadsAgain", s -> s.metadataReadsAgain());
         gauge("registrations.orphanShufflesDropped", s -> s.orphanShufflesDropped());
         if (directoryNodes != null) {
             registry.register("driver.directoryNodes", (Gauge<Long>) () -> (long) directoryNodes.get());

@@ -20,7 +20,7 @@ class NodeDirectoryTest {
 
     @Test
     @Timeout(120)
-    void shouldAnswerLookupsOverSparkRpcWhenExecutorsRegister() {
+    void shouldAnswerLookupsOverSparkRpcWhenExecutorsRegister() throws Exception {
         SparkConf conf = new SparkConf().setMaster("local[1]").setAppName("node-directory-test")
                 .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
                 .set("spark.driver.bindAddress", "127.0.0.1");
@@ -37,9 +37,18 @@ class NodeDirectoryTest {
             assertSame(found, reducer.lookup("1"), "second lookup comes from the cache");
             assertNull(reducer.lookup("7"));
             exec1.forget("1");
-            reducer.invalidate("1");
+            assertSame(found, reducer.lookup("1"), "the reducer's cache still names the withdrawn node");
+            NodeDirectory.Found now = reducer.recheck("1"); // a READ to it failed: ask afresh before blaming it
+            assertNull(now.address(), "a withdrawn node is still in the directory");
+            assertFalse(now.removed());
             assertNull(reducer.lookup("1"));
             assertEquals(0, endpoint.size());
+            NodeAddress restarted = new NodeAddress("10.200.0.2", 40124, "tcp");
+            exec1.register("1", restarted); // a new node after the old one failed
+            assertEquals(restarted, reducer.recheck("1").address());
+            assertEquals(restarted, reducer.lookup("1"), "the fresh answer is cached");
+            exec1.forget("1");
+            reducer.invalidate("1");
 
             // Spark removes executor 2: readers that cached its node learn it when they ask again, and a
             // registration arriving late does not bring it back.
