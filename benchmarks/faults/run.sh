@@ -6,19 +6,23 @@
 # its tasks (read from the driver's REST API, never a fixed sleep). Prints and writes a table:
 # runs, correct results, failed jobs, job time, stage retries, time from the fault to the job's end.
 #
-#   benchmarks/faults/run.sh [--faults "none kill stop linkcut corrupt"] [--runs N] [--managers "sort rdma"]
+#   benchmarks/faults/run.sh [--faults "none kill stop linkcut corrupt nodefail"] [--runs N] [--managers "sort rdma"]
 #                            [--records N] [--at FRACTION] [--stop-seconds S] [--cut-seconds S]
 #
 # Faults: none (baseline); kill (SIGKILL rfC's executor); stop (SIGSTOP it for --stop-seconds, 60,
 # then SIGCONT); linkcut (rfC's veth down for --cut-seconds, 10, then up); corrupt (one byte flipped
-# in every partition of one of rfC's committed map outputs, at the start of the reduce stage).
+# in every partition of one of rfC's committed map outputs, at the start of the reduce stage); nodefail
+# (rfC's executor keeps running, but its rdma-shuffle transport loop is stopped: NodeFailureAgent, loaded
+# into it with the JDK's attach mechanism, closes the selector its tcp requester waits on — under sort
+# shuffle there is no node and nothing fails). The table counts fetch failures that named a host other
+# than rfC (a healthy executor blamed).
 # Both managers run with the same Spark settings (spark.network.timeout=30s, and for rdma-shuffle
 # requestTimeout=30s). Needs root, iproute2, python3. RDMA_SKIP_BUILD=1 skips the build.
 # Everything it starts is stopped by PID and the namespaces and bridge are deleted when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-faults="none kill stop linkcut corrupt"
+faults="none kill stop linkcut corrupt nodefail"
 managers="sort rdma"
 runs=3
 records=1500000
@@ -39,10 +43,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 for f in $faults; do
-  case $f in none|kill|stop|linkcut|corrupt) ;; *) echo "unknown fault $f" >&2; exit 2 ;; esac
+  case $f in none|kill|stop|linkcut|corrupt|nodefail) ;; *) echo "unknown fault $f" >&2; exit 2 ;; esac
 done
 if [ "$(id -u)" != 0 ]; then echo "needs root (ip netns)" >&2; exit 1; fi
-for tool in ip python3 java mvn; do
+for tool in ip python3 java mvn jar; do
   command -v $tool >/dev/null || { echo "needs $tool" >&2; exit 1; }
 done
 ns=(rfA rfB rfC)
@@ -63,6 +67,11 @@ version=$(sed -n 's:.*<version>\(.*\)</version>.*:\1:p' pom.xml | head -1)
 examples_jar="$root/examples/target/rdma-shuffle-examples-$version.jar"
 rdma_jar="$root/shuffle-manager/target/rdma-shuffle-manager-$version-spark.jar"
 export SPARK_HOME="$root/examples/target/spark-home" SPARK_SCALA_VERSION=2.13
+# The nodefail fault's agent: NodeFailureAgent alone, its manifest naming it as the agent class.
+agent_jar="$scratch/node-failure-agent.jar"
+printf 'Agent-Class: org.rdmashuffle.examples.NodeFailureAgent\n' > "$scratch/agent-manifest.txt"
+jar cfm "$agent_jar" "$scratch/agent-manifest.txt" -C "$root/examples/target/classes" \
+  org/rdmashuffle/examples/NodeFailureAgent.class
 opens="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
  --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED
  --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED
@@ -224,6 +233,11 @@ run_one() { # fault manager index
         linkcut) what="veth-rfC down ${cut_s}s"; ip -n rfC link set veth-rfC down; sleep "$cut_s"
                  ip -n rfC link set veth-rfC up ;;
         corrupt) what=$(corrupt_outputs "$scratch/local-rfC") ;;
+        nodefail) local e; e=$(executor_pid rfC || true); what="transport loop of executor $e stopped"
+                  if [ -n "$e" ]; then
+                    java -cp "$examples_jar" org.rdmashuffle.examples.NodeFailureAgent "$e" "$agent_jar" \
+                      >> "$out/agent.log" 2>&1 || what="attaching to executor $e failed (see agent.log)"
+                  fi ;;
       esac
     else
       what="job ended before the reduce stage reached $want"

@@ -91,6 +91,7 @@ public final class FaultJob {
                 .setAppName("rdma-shuffle-faults-" + (rdma ? "rdma" : "sort")), rdma, o.jars, o.conf);
         AtomicInteger stageRetries = new AtomicInteger();
         AtomicInteger fetchFailures = new AtomicInteger();
+        Set<String> blamedHosts = java.util.concurrent.ConcurrentHashMap.newKeySet();
         AtomicInteger executorsLost = new AtomicInteger();
         AtomicLong firstFailure = new AtomicLong();
         String outcome;
@@ -109,8 +110,11 @@ public final class FaultJob {
 
                 @Override
                 public void onTaskEnd(SparkListenerTaskEnd e) {
-                    if (e.reason() instanceof FetchFailed) {
+                    if (e.reason() instanceof FetchFailed f) {
                         fetchFailures.incrementAndGet();
+                        if (f.bmAddress() != null) {
+                            blamedHosts.add(f.bmAddress().host());
+                        }
                         firstFailure.compareAndSet(0, System.currentTimeMillis());
                     }
                 }
@@ -160,9 +164,10 @@ public final class FaultJob {
         String json = String.format(java.util.Locale.ROOT,
                 "{\"manager\":\"%s\",\"outcome\":\"%s\",\"jobMs\":%d,\"startEpochMs\":%d,\"endEpochMs\":%d,"
                         + "\"stageRetries\":%d,\"fetchFailures\":%d,\"executorsLost\":%d,\"firstFailureEpochMs\":%d,"
-                        + "\"records\":%d,\"expected\":\"%s\",\"got\":\"%s\"}%n",
+                        + "\"records\":%d,\"expected\":\"%s\",\"got\":\"%s\",\"blamedHosts\":[%s]}%n",
                 rdma ? "rdma" : "sort", outcome, t1 - t0, t0, t1, stageRetries.get(), fetchFailures.get(),
-                executorsLost.get(), firstFailure.get(), records, expected, got);
+                executorsLost.get(), firstFailure.get(), records, expected, got,
+                String.join(",", blamedHosts.stream().sorted().map(h -> "\"" + h + "\"").toList()));
         try {
             Files.writeString(result, json, StandardCharsets.UTF_8);
         } catch (IOException e) {

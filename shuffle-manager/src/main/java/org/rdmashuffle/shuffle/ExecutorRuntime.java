@@ -183,7 +183,7 @@ final class ExecutorRuntime implements AutoCloseable {
         }
         Throwable f = node.failure();
         failureReason = "its RDMA node " + node.localAddress() + " failed: " + (f == null ? "closed" : f.toString());
-        LOG.warn("rdma-shuffle: executor {}'s {}. Its node leaves the driver's directory and closes; this executor "
+        LOG.warn("rdma-shuffle: executor {}: {}. Its node leaves the driver's directory and closes; this executor "
                 + "reads and writes through Spark's own shuffle path until a new node starts (when its tasks "
                 + "let go of the old one); readers elsewhere take its blocks through Spark's path, blaming nobody",
                 executorId, failureReason, f);

@@ -83,6 +83,8 @@ final class LocalCluster implements AutoCloseable {
     static final class Recorder extends SparkListener {
         final List<StageShuffle> stages = new CopyOnWriteArrayList<>();
         final List<FetchFailed> fetchFailures = new CopyOnWriteArrayList<>();
+        /** Every task that did not succeed, with why (fetch failures included). */
+        final List<String> failedTasks = new CopyOnWriteArrayList<>();
 
         @Override
         public void onStageCompleted(SparkListenerStageCompleted e) {
@@ -101,6 +103,10 @@ final class LocalCluster implements AutoCloseable {
         public void onTaskEnd(SparkListenerTaskEnd e) {
             if (e.reason() instanceof FetchFailed f) {
                 fetchFailures.add(f);
+            }
+            if (!(e.reason() instanceof org.apache.spark.Success$)) {
+                failedTasks.add("stage " + e.stageId() + " task " + e.taskInfo().index() + " on executor "
+                        + e.taskInfo().executorId() + ": " + e.reason());
             }
         }
     }

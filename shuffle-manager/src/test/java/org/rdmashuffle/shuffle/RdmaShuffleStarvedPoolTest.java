@@ -55,4 +55,43 @@ class RdmaShuffleStarvedPoolTest {
                     "the pool never reached its cap, nothing was starved: " + probes + " (waits " + atCap + ")");
         }
     }
+
+    /**
+     * Three of four concurrent reducers on an executor hold their landed blocks for seconds before reading
+     * them, so the pool stays at its cap past {@code pool.acquireTimeout} for the others: a task that cannot
+     * get a buffer in time takes its remaining blocks through Spark's path instead of failing.
+     */
+    @Test
+    @Timeout(600)
+    void shouldReadThroughSparksPathInsteadOfFailingWhenSlowConsumersHoldThePoolPastTheAcquireTimeout() {
+        List<String> expected;
+        try (LocalCluster sort = new LocalCluster(conf(false))) {
+            expected = slowDigests(sort);
+        }
+        SparkConf conf = conf(true)
+                .set("spark.shuffle.rdma.localBlocksFromDisk", "false")
+                .set("spark.shuffle.rdma.pool.maxBufferSize", "256k")
+                .set("spark.shuffle.rdma.pool.chunkSize", "256k")
+                .set("spark.shuffle.rdma.pool.maxRegisteredBytes", "1m") // four buffers per executor
+                .set("spark.shuffle.rdma.pool.acquireTimeout", "500ms");
+        try (LocalCluster cluster = new LocalCluster(conf)) {
+            List<String> got = slowDigests(cluster);
+            cluster.drainEvents();
+            assertEquals(expected, got);
+            assertEquals(List.of(), cluster.recorder.failedTasks, "tasks failed");
+            Map<String, LocalCluster.ExecutorProbe> probes = cluster.probe();
+            long exhausted = probes.values().stream().mapToLong(p -> p.stats().poolExhaustedTasks()).sum();
+            assertTrue(exhausted > 0, "no reducer waited past the acquire timeout; the test did not starve the pool: "
+                    + probes);
+            for (LocalCluster.ExecutorProbe p : probes.values()) {
+                assertEquals(0, p.stats().pool().inUseBuffers(), "buffers left in use: " + p.stats().pool());
+            }
+        }
+    }
+
+    /** Reducers of partitions 0 to 5 (of 8) wait 4 s after their first record. */
+    private static List<String> slowDigests(LocalCluster cluster) {
+        return RdmaShuffleTaskEndTest.digests(RdmaShuffleTaskEndTest.records(cluster.sc)
+                .partitionBy(new HashPartitioner(8)), 6, 4000);
+    }
 }

@@ -108,11 +108,19 @@ class RdmaShuffleTaskEndTest {
 
     /** Per partition of {@code shuffled}: its index, how many records and an order-independent digest of every record. */
     static List<String> digests(JavaPairRDD<Integer, byte[]> shuffled) {
+        return digests(shuffled, 0, 0);
+    }
+
+    /** As {@link #digests(JavaPairRDD)}; reducers of partitions below {@code slow} wait {@code waitMs} after their first record. */
+    static List<String> digests(JavaPairRDD<Integer, byte[]> shuffled, int slow, long waitMs) {
         return shuffled.mapPartitionsWithIndex((index, it) -> {
             long n = 0;
             long sum = 0;
             while (it.hasNext()) {
                 Tuple2<Integer, byte[]> r = it.next();
+                if (n == 0 && index < slow) {
+                    Thread.sleep(waitMs); // a slow consumer: the blocks it fetched stay in the pool meanwhile
+                }
                 CRC32 crc = new CRC32();
                 crc.update(r._2());
                 sum += (crc.getValue() ^ ((long) r._1() << 32)) * 0x9E3779B97F4A7C15L + r._2().length;
