@@ -319,6 +319,8 @@ final class TcpResponder implements Runnable {
             try {
                 ch.configureBlocking(false);
                 ch.socket().setTcpNoDelay(true);
+                // Looked up again: an eviction above may have closed the address's last connection.
+                src = from == null ? null : sources.get(from);
                 if (src == null && from != null) {
                     src = new Source(from);
                     sources.put(from, src);
@@ -334,7 +336,7 @@ final class TcpResponder implements Runnable {
                 }
             } catch (IOException | RuntimeException e) {
                 if (src != null && src.connections == 0) {
-                    sources.remove(src.address);
+                    sources.remove(src.address, src);
                 }
                 ch.close();
                 throw e;
@@ -999,7 +1001,7 @@ final class TcpResponder implements Runnable {
             connections.remove(this);
             connectionCount = connections.size();
             if (source != null && --source.connections == 0) {
-                sources.remove(source.address);
+                sources.remove(source.address, source);
             }
             try {
                 if (payload != null) {
