@@ -133,7 +133,7 @@ run_scenario() {
   ip netns exec atA java -Xmx512m -cp "$cp" $main attack scenario=$s target=10.204.0.1:$port sources=$sources \
     > "$dir/attack.log" 2>&1 &
   apid=$!; pids+=($apid)
-  for _ in $(seq 600); do grep -q "^ATTACK ready" "$dir/attack.log" 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 300); do grep -q "^ATTACK ready" "$dir/attack.log" 2>/dev/null && break; sleep 0.1; done
   grep -q "^ATTACK ready" "$dir/attack.log" || log "item $s: the attack did not report ready (see $dir/attack.log)"
   sleep 2
   log "item $s: attack holds ($(grep '^ATTACK' "$dir/attack.log" | tail -1 | cut -c8-)); honest peer connects"

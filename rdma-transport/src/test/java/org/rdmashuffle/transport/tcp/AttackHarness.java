@@ -137,13 +137,17 @@ public final class AttackHarness {
             case "9" -> {
                 try (TcpAttacks.RefusedFlood flood = new TcpAttacks.RefusedFlood(target, sources, 4, false);
                      TcpAttacks.RefusedFlood trickle = new TcpAttacks.RefusedFlood(target, sources, 1, true)) {
-                    while (flood.refused.get() < 4 || trickle.refused.get() < 1) {
+                    // Ready once the flood's senders were refused; its state every second either way (a
+                    // responder the flood holds may never refuse the trickler, or even all four senders).
+                    boolean ready = false;
+                    for (long t = 0; ; t += 50) {
+                        if (!ready && flood.refused.get() >= 4) {
+                            ready = true;
+                            status("ready flood: " + flood + "; trickle: " + trickle);
+                        } else if (t % 1000 == 0) {
+                            status("flood: " + flood + "; trickle: " + trickle);
+                        }
                         Thread.sleep(50);
-                    }
-                    status("ready flood: " + flood + "; trickle: " + trickle);
-                    for (;;) {
-                        Thread.sleep(1000);
-                        status("flood: " + flood + "; trickle: " + trickle);
                     }
                 }
             }
