@@ -205,6 +205,16 @@ public final class RdmaShuffleConf {
                     + "of heap and no direct memory). Past it a new connection is refused like one past "
                     + "`maxConnections`, so peers that never authenticate cannot crowd out those that do."));
 
+    public static final ConfigKey<Integer> MAX_CONNECTIONS_PER_ADDRESS = declare(ConfigKey.integer(
+            PREFIX + "maxConnectionsPerAddress", 128, 1, 1 << 20,
+            "tcp: connections a node serves at once from one source address (handshaking, handshaken and "
+                    + "draining after an error reply), so that one host cannot take a node's `maxConnections`. A "
+                    + "connection past it is refused busy like one past `maxConnections`, and counted in "
+                    + "`transport.connectionsRefused`. An executor opens one channel to each peer node (two for a "
+                    + "moment while an idle one is replaced), so the default leaves room for 64 executors on one "
+                    + "host; raise it for more executors per host, or for hosts that reach the node through one "
+                    + "NAT address."));
+
     public static final ConfigKey<Long> IDLE_TIMEOUT = declare(ConfigKey.millis(PREFIX + "idleTimeout",
             "5min", 1000, 86_400_000,
             "tcp: a served connection on which no byte moved in either direction for this long is closed (an "
@@ -517,6 +527,10 @@ public final class RdmaShuffleConf {
 
     public int maxHandshakingConnections() {
         return get(MAX_HANDSHAKING_CONNECTIONS);
+    }
+
+    public int maxConnectionsPerAddress() {
+        return get(MAX_CONNECTIONS_PER_ADDRESS);
     }
 
     public long idleTimeoutMs() {

@@ -357,7 +357,12 @@ public final class TcpNode implements RdmaNode {
         return responder.connectionsRefused;
     }
 
-    /** Connections closed for a limit (handshake, frame or idle time) since the node started. */
+    /** Of {@link #connectionsRefused()}: those refused because their source address held its cap. */
+    long connectionsRefusedPerAddress() {
+        return responder.connectionsRefusedPerAddress;
+    }
+
+    /** Connections closed for a limit (handshake, drain, frame or idle time) since the node started. */
     long connectionsClosedByLimit() {
         return responder.connectionsClosedByLimit;
     }

@@ -1,13 +1,18 @@
 package org.rdmashuffle.transport.tcp;
 
 import java.io.IOException;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.transport.ControlHandler;
@@ -27,10 +32,18 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Everything a reply is made of belongs to its connection: a pending payload is a view borrowed
  * for that reply alone, so no other connection's request can move it. What a peer can make the node
- * hold is bounded ({@link Limits}): connections, handshaking connections (which hold no direct
- * memory), control bodies (which grow with the bytes that arrive), time to finish a frame, time
- * without traffic. Anything thrown while serving one connection closes that connection only; if the
- * loop itself cannot go on, the node is reported failed and every connection is closed.
+ * hold is bounded ({@link Limits}): connections, connections from one source address, handshaking
+ * connections (which hold no direct memory), connections draining after an error reply (which hold no
+ * buffer), control bodies (which grow with the bytes that arrive), time to finish a frame, time without
+ * traffic. Anything thrown while serving one connection closes that connection only; if the loop itself
+ * cannot go on, the node is reported failed and every connection is closed.
+ *
+ * <p>Fairness: in one wakeup of the loop a connection reads at most {@link #READ_BUDGET_BYTES} and
+ * writes at most about {@link #WRITE_BUDGET_BYTES} (one write past it), and the listener accepts at
+ * most {@link #ACCEPT_BUDGET} connections, whatever the peers send. A connection that stops at its
+ * budget with work left is carried to the next wakeup, which then polls without waiting, so every
+ * ready connection and the listener get their turn in every wakeup. A handshake that is refused or
+ * fails gives its handshake slot back at once.
  */
 final class TcpResponder implements Runnable {
     private static final Logger LOG = LoggerFactory.getLogger(TcpResponder.class);
@@ -50,15 +63,47 @@ final class TcpResponder implements Runnable {
      * be read yet); a new connection that finds only such ones is refused busy and retries.
      */
     private static final long HANDSHAKE_GRACE_NANOS = 250_000_000L;
+    /** Bytes one connection may read in one wakeup of the loop: one input buffer's worth. */
+    static final int READ_BUDGET_BYTES = IN_BUFFER_BYTES;
+    /** Bytes one connection may write in one wakeup (it stops at the first write that reaches it). */
+    static final int WRITE_BUDGET_BYTES = 256 << 10;
+    /** Connections the listener accepts (or refuses) in one wakeup. */
+    static final int ACCEPT_BUDGET = 64;
+    /**
+     * Input a connection may send after its error reply, beyond one control body: more than an honest
+     * peer can have had in flight when the reply was sent (its pipelined 24-byte requests and a body).
+     */
+    private static final int DRAIN_SLACK_BYTES = 1 << 20;
     private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
 
     /** What one peer can make this node hold. */
-    record Limits(int maxConnections, int maxHandshaking, int maxControlBytes, long handshakeTimeoutMs,
-                  long idleTimeoutMs, long frameTimeoutMs) {
+    record Limits(int maxConnections, int maxConnectionsPerAddress, int maxHandshaking, int maxControlBytes,
+                  long handshakeTimeoutMs, long idleTimeoutMs, long frameTimeoutMs) {
         static Limits from(RdmaShuffleConf conf) {
-            return new Limits(conf.maxConnections(), conf.maxHandshakingConnections(),
+            return new Limits(conf.maxConnections(), conf.maxConnectionsPerAddress(), conf.maxHandshakingConnections(),
                     conf.maxControlMessageSizeBytes(), conf.connectTimeoutMs(), conf.idleTimeoutMs(),
                     conf.frameTimeoutMs());
+        }
+
+        /** Connections kept draining after an error reply at most (the oldest is reset past it). */
+        int maxDraining() {
+            return maxHandshaking;
+        }
+
+        /** Bytes a draining connection may send before it is reset. */
+        long maxDrainBytes() {
+            return (long) maxControlBytes + DRAIN_SLACK_BYTES;
+        }
+    }
+
+    /** The connections one source address holds; touched by the responder thread only. */
+    private static final class Source {
+        final InetAddress address;
+        int connections;
+        int handshaking;
+
+        Source(InetAddress address) {
+            this.address = address;
         }
     }
 
@@ -73,6 +118,14 @@ final class TcpResponder implements Runnable {
     private final long idleTimeoutNanos;
     private final long frameTimeoutNanos;
     private final List<Connection> connections = new ArrayList<>();
+    /** Connections by source address, for the per-address cap; an entry goes when its last connection does. */
+    private final Map<InetAddress, Source> sources = new HashMap<>();
+    /** Connections that stopped at their budget with work left, served again next wakeup (no allocation once grown). */
+    private ArrayList<Connection> carried = new ArrayList<>();
+    private ArrayList<Connection> carriedSpare = new ArrayList<>();
+    /** Where draining connections' input goes: read and dropped, shared because nobody looks at it. */
+    private final ByteBuffer drainBuffer = ByteBuffer.allocateDirect(READ_BUDGET_BYTES);
+    private boolean drainReleased;
     private final java.util.function.Consumer<SelectionKey> onKey = this::service;
     /** One window per kind of line, so a flood of one kind hides no other. */
     private final RateLimitedLog refusalLog = new RateLimitedLog(LOG, 10_000);
@@ -80,6 +133,9 @@ final class TcpResponder implements Runnable {
     private final RateLimitedLog handshakeLog = new RateLimitedLog(LOG, 10_000);
     private final RateLimitedLog errorLog = new RateLimitedLog(LOG, 10_000);
     private int handshaking;
+    private int draining;
+    /** Wakeups of the loop so far; a connection served in this one has had its share. */
+    private long round;
     private long lastExpiryCheck = System.nanoTime();
     private volatile boolean running = true;
 
@@ -88,6 +144,8 @@ final class TcpResponder implements Runnable {
     volatile long readsRefused;
     volatile long bytesServed;
     volatile long connectionsRefused;
+    /** Of {@link #connectionsRefused}: those refused because their source address held its cap. */
+    volatile long connectionsRefusedPerAddress;
     volatile long connectionsClosedByLimit;
     volatile int connectionCount;
 
@@ -102,9 +160,16 @@ final class TcpResponder implements Runnable {
         this.handshakeTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.handshakeTimeoutMs());
         this.idleTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.idleTimeoutMs());
         this.frameTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.frameTimeoutMs());
-        this.selector = Selector.open();
-        server.configureBlocking(false);
-        server.register(selector, SelectionKey.OP_ACCEPT);
+        Selector sel = Selector.open();
+        try {
+            server.configureBlocking(false);
+            server.register(sel, SelectionKey.OP_ACCEPT);
+        } catch (IOException | RuntimeException e) {
+            sel.close();
+            Mappings.unmap(drainBuffer);
+            throw e;
+        }
+        this.selector = sel;
     }
 
     void stop() {
@@ -116,7 +181,13 @@ final class TcpResponder implements Runnable {
     public void run() {
         try {
             while (running) {
-                selector.select(onKey, 100);
+                round++;
+                if (carried.isEmpty()) {
+                    selector.select(onKey, 100);
+                } else {
+                    selector.selectNow(onKey); // work is left over: poll, and serve it after the ready ones
+                }
+                serveCarried();
                 long now = System.nanoTime();
                 if (now - lastExpiryCheck > EXPIRY_CHECK_NANOS) {
                     lastExpiryCheck = now;
@@ -155,6 +226,35 @@ final class TcpResponder implements Runnable {
         } catch (IOException e) {
             LOG.debug("closing selector", e);
         }
+        carried.clear();
+        carriedSpare.clear();
+        sources.clear();
+        if (!drainReleased) {
+            drainReleased = true;
+            Mappings.unmap(drainBuffer);
+        }
+    }
+
+    /** Serves the connections carried over from the last wakeup that have not had their turn in this one. */
+    private void serveCarried() {
+        if (carried.isEmpty()) {
+            return;
+        }
+        ArrayList<Connection> due = carried;
+        carried = carriedSpare;
+        carriedSpare = due;
+        for (int i = 0; i < due.size(); i++) {
+            Connection c = due.get(i);
+            if (c.state == State.CLOSED) {
+                c.carriedOver = false;
+            } else if (c.servicedRound == round) {
+                carried.add(c); // served (and budgeted) already in this wakeup: its turn comes next time
+            } else {
+                c.carriedOver = false;
+                serve(c);
+            }
+        }
+        due.clear();
     }
 
     private void service(SelectionKey k) {
@@ -169,7 +269,12 @@ final class TcpResponder implements Runnable {
             }
             return;
         }
-        Connection c = (Connection) k.attachment();
+        serve((Connection) k.attachment());
+    }
+
+    /** One connection's turn in this wakeup, within its budget. */
+    private void serve(Connection c) {
+        c.servicedRound = round;
         try {
             c.service();
         } catch (IOException e) {
@@ -186,34 +291,64 @@ final class TcpResponder implements Runnable {
 
     private void accept() throws IOException {
         SocketChannel ch;
-        while ((ch = server.accept()) != null) {
+        for (int accepted = 0; accepted < ACCEPT_BUDGET && (ch = server.accept()) != null; accepted++) {
+            InetAddress from = null;
+            try {
+                SocketAddress r = ch.getRemoteAddress();
+                from = r instanceof InetSocketAddress isa ? isa.getAddress() : null;
+            } catch (IOException e) {
+                LOG.debug("remote address of an accepted connection", e);
+            }
+            Source src = from == null ? null : sources.get(from);
+            if (src != null && src.connections >= limits.maxConnectionsPerAddress() && !evictOldestDraining(src)) {
+                connectionsRefusedPerAddress++;
+                refuseBusy(ch, src);
+                continue;
+            }
+            if (connections.size() >= limits.maxConnections()) {
+                // A connection draining after an error reply is worth less than a new one.
+                evictOldestDraining(null);
+            }
             if (handshaking >= limits.maxHandshaking()) {
-                // Make room by dropping the oldest connection still in its handshake (if older than a
-                // grace period): one that has not finished a single round trip by then is far likelier a
-                // silent peer than a slow one, so silent sockets cannot lock out peers that handshake at once.
-                evictOldestHandshaking();
+                evictForHandshake();
             }
             if (connections.size() >= limits.maxConnections() || handshaking >= limits.maxHandshaking()) {
-                refuseBusy(ch);
+                refuseBusy(ch, null);
                 continue;
             }
             try {
                 ch.configureBlocking(false);
                 ch.socket().setTcpNoDelay(true);
-                Connection c = new Connection(ch);
+                // Looked up again: an eviction above may have closed the address's last connection.
+                src = from == null ? null : sources.get(from);
+                if (src == null && from != null) {
+                    src = new Source(from);
+                    sources.put(from, src);
+                }
+                Connection c = new Connection(ch, src);
                 c.key = ch.register(selector, SelectionKey.OP_READ, c);
                 connections.add(c);
                 connectionCount = connections.size();
                 handshaking++;
+                if (src != null) {
+                    src.connections++;
+                    src.handshaking++;
+                }
             } catch (IOException | RuntimeException e) {
+                if (src != null && src.connections == 0) {
+                    sources.remove(src.address, src);
+                }
                 ch.close();
                 throw e;
             }
         }
     }
 
-    /** Answers a connection past a limit with handshake status busy and closes it at once. */
-    private void refuseBusy(SocketChannel ch) {
+    /**
+     * Answers a connection past a limit with handshake status busy and closes it at once; {@code src} is
+     * the source address that holds its cap, or null for the node's limits.
+     */
+    private void refuseBusy(SocketChannel ch, Source src) {
         connectionsRefused++;
         String remote = "?";
         try {
@@ -231,28 +366,73 @@ final class TcpResponder implements Runnable {
                 LOG.debug("closing refused {}", remote, e);
             }
         }
-        refusalLog.warn("refused a connection from {}: {} connections served ({} handshaking); limits "
-                        + "spark.shuffle.rdma.maxConnections={}, spark.shuffle.rdma.maxHandshakingConnections={}",
-                remote, connections.size(), handshaking, limits.maxConnections(), limits.maxHandshaking());
+        if (src != null) {
+            refusalLog.warn("refused a connection from {}: its address holds {} connections; limit "
+                    + "spark.shuffle.rdma.maxConnectionsPerAddress={}", remote, src.connections,
+                    limits.maxConnectionsPerAddress());
+        } else {
+            refusalLog.warn("refused a connection from {}: {} connections served ({} handshaking); limits "
+                            + "spark.shuffle.rdma.maxConnections={}, spark.shuffle.rdma.maxHandshakingConnections={}",
+                    remote, connections.size(), handshaking, limits.maxConnections(), limits.maxHandshaking());
+        }
     }
 
-    private void evictOldestHandshaking() {
-        Connection oldest = null;
+    /**
+     * Makes room for a new connection in the handshake by resetting one still in its handshake: the
+     * oldest of the source address that holds the most handshake slots, if it holds more than one (so
+     * one host cannot keep every slot, however young its sockets); else the oldest older than a grace
+     * period (one that has not finished a single round trip by then is far likelier a silent peer than a
+     * slow one). A refused or failed handshake holds no slot at all.
+     */
+    private void evictForHandshake() {
+        Connection victim = null;
+        int victimWeight = 0;
         long now = System.nanoTime();
         for (int i = 0; i < connections.size(); i++) {
             Connection c = connections.get(i);
-            if ((c.state == State.AWAIT_HELLO || c.state == State.AWAIT_AUTH)
-                    && now - c.acceptedNanos > HANDSHAKE_GRACE_NANOS
-                    && (oldest == null || c.acceptedNanos - oldest.acceptedNanos < 0)) {
+            if (!c.inHandshake) {
+                continue;
+            }
+            int weight = c.source == null ? 1 : c.source.handshaking;
+            if (weight <= 1 && now - c.acceptedNanos <= HANDSHAKE_GRACE_NANOS) {
+                continue;
+            }
+            if (victim == null || weight > victimWeight
+                    || (weight == victimWeight && c.acceptedNanos - victim.acceptedNanos < 0)) {
+                victim = c;
+                victimWeight = weight;
+            }
+        }
+        if (victim != null) {
+            connectionsClosedByLimit++;
+            limitLog.warn("closing connection from {}: still in its handshake when a new connection came past "
+                    + "spark.shuffle.rdma.maxHandshakingConnections={} ({} handshaking from its address)", victim.remote,
+                    limits.maxHandshaking(), victimWeight);
+            victim.abort();
+        }
+    }
+
+    /** Resets the connection that has drained longest (of {@code only}'s address, when given); true if there was one. */
+    private boolean evictOldestDraining(Source only) {
+        if (draining == 0) {
+            return false;
+        }
+        Connection oldest = null;
+        for (int i = 0; i < connections.size(); i++) {
+            Connection c = connections.get(i);
+            if (c.state == State.DRAINING && (only == null || c.source == only)
+                    && (oldest == null || c.drainSinceNanos - oldest.drainSinceNanos < 0)) {
                 oldest = c;
             }
         }
-        if (oldest != null) {
-            connectionsClosedByLimit++;
-            limitLog.warn("closing connection from {}: still in its handshake when a new connection came past "
-                    + "spark.shuffle.rdma.maxHandshakingConnections={}", oldest.remote, limits.maxHandshaking());
-            oldest.abort();
+        if (oldest == null) {
+            return false;
         }
+        connectionsClosedByLimit++;
+        limitLog.warn("closing connection from {}: draining after an error reply when room was needed (at most "
+                + "spark.shuffle.rdma.maxHandshakingConnections={} drain at once)", oldest.remote, limits.maxDraining());
+        oldest.abort();
+        return true;
     }
 
     private void expire(long now) {
@@ -282,7 +462,11 @@ final class TcpResponder implements Runnable {
     private final class Connection {
         final SocketChannel ch;
         final String remote;
+        /** Its source address's count, or null when the address is unknown. */
+        final Source source;
         final long acceptedNanos = System.nanoTime();
+        /** Holds a handshake slot: accepted, and the handshake neither done nor refused. */
+        boolean inHandshake = true;
         /** Small heap buffers until the handshake succeeds, then direct ones. */
         ByteBuffer in = ByteBuffer.allocate(HANDSHAKE_BUFFER_BYTES);
         ByteBuffer out = ByteBuffer.allocate(HANDSHAKE_BUFFER_BYTES);
@@ -306,9 +490,21 @@ final class TcpResponder implements Runnable {
         long partialSinceNanos;
         /** The last parse stopped for want of input (not for want of room to reply). */
         boolean starved;
+        /** Interest set last given to the key. */
+        int interestOps = SelectionKey.OP_READ;
+        /** Bytes read and written in the current turn, against the budgets. */
+        int readThisTurn;
+        long writtenThisTurn;
+        /** Bytes discarded since the error reply. */
+        long drainedBytes;
+        /** The wakeup of the loop that last served it. */
+        long servicedRound;
+        /** On the list of connections carried to the next wakeup. */
+        boolean carriedOver;
 
-        Connection(SocketChannel ch) {
+        Connection(SocketChannel ch, Source source) {
             this.ch = ch;
+            this.source = source;
             String r;
             try {
                 r = String.valueOf(ch.getRemoteAddress());
@@ -345,26 +541,36 @@ final class TcpResponder implements Runnable {
             }
         }
 
+        /** One turn: at most {@link #READ_BUDGET_BYTES} read and about {@link #WRITE_BUDGET_BYTES} written. */
         void service() throws IOException {
+            readThisTurn = 0;
+            writtenThisTurn = 0;
             if (state == State.DRAINING) {
                 drain();
                 return;
             }
             for (;;) {
                 if (!flush()) {
-                    key.interestOps(SelectionKey.OP_WRITE);
+                    interest(SelectionKey.OP_WRITE);
                     return;
                 }
                 if (closeAfterFlush) {
-                    state = State.DRAINING;
-                    drainSinceNanos = System.nanoTime();
-                    ch.shutdownOutput();
-                    key.interestOps(SelectionKey.OP_READ);
-                    drain();
+                    startDraining();
+                    if (state == State.DRAINING) {
+                        drain();
+                    }
+                    return;
+                }
+                if (writtenThisTurn >= WRITE_BUDGET_BYTES) {
+                    carryOver();
                     return;
                 }
                 if (parse()) {
                     continue;
+                }
+                if (readThisTurn >= READ_BUDGET_BYTES) {
+                    carryOver();
+                    return;
                 }
                 int n = ch.read(in);
                 if (n < 0) {
@@ -373,10 +579,27 @@ final class TcpResponder implements Runnable {
                 }
                 if (n == 0) {
                     notePartialFrame();
-                    key.interestOps(SelectionKey.OP_READ);
+                    interest(SelectionKey.OP_READ);
                     return;
                 }
+                readThisTurn += n;
                 lastProgressNanos = System.nanoTime();
+            }
+        }
+
+        /** Out of budget with work perhaps left (bytes in {@code in} or the socket): served again next wakeup. */
+        private void carryOver() {
+            interest(SelectionKey.OP_READ);
+            if (!carriedOver) {
+                carriedOver = true;
+                carried.add(this);
+            }
+        }
+
+        private void interest(int ops) {
+            if (interestOps != ops) {
+                key.interestOps(ops);
+                interestOps = ops;
             }
         }
 
@@ -389,11 +612,54 @@ final class TcpResponder implements Runnable {
             }
         }
 
-        /** Discards input until the peer closes its side. */
+        /**
+         * After an error reply has been written: the output is shut down (so the reply is not lost to a
+         * reset while the peer still sends) and the connection's buffers go back; its input is discarded
+         * until the peer closes. It holds no handshake slot, and at most {@link Limits#maxDraining()}
+         * connections drain at once: past that the one draining longest is reset.
+         */
+        private void startDraining() throws IOException {
+            if (inHandshake) {
+                leaveHandshake();
+            }
+            state = State.DRAINING;
+            control = null;
+            drainSinceNanos = System.nanoTime();
+            drainedBytes = 0;
+            draining++;
+            releaseBuffers();
+            interest(SelectionKey.OP_READ);
+            ch.shutdownOutput();
+            if (draining > limits.maxDraining()) {
+                evictOldestDraining(null);
+            }
+        }
+
+        /**
+         * Discards input until the peer closes its side, within this turn's read budget; resets the
+         * connection once it has drained for {@code connectTimeout} or sent more than an honest peer could
+         * have had in flight ({@link Limits#maxDrainBytes()}), checked at every read.
+         */
         private void drain() throws IOException {
             for (;;) {
-                in.clear();
-                int n = ch.read(in);
+                String why = null;
+                if (System.nanoTime() - drainSinceNanos > handshakeTimeoutNanos) {
+                    why = "peer did not close within spark.shuffle.rdma.connectTimeout after an error reply";
+                } else if (drainedBytes > limits.maxDrainBytes()) {
+                    why = "peer sent more than " + limits.maxDrainBytes() + " bytes after an error reply";
+                }
+                if (why != null) {
+                    connectionsClosedByLimit++;
+                    limitLog.warn("closing connection from {}: {}", remote, why);
+                    abort();
+                    return;
+                }
+                if (readThisTurn >= READ_BUDGET_BYTES) {
+                    carryOver();
+                    return;
+                }
+                drainBuffer.clear();
+                int n = ch.read(drainBuffer);
                 if (n < 0) {
                     close();
                     return;
@@ -401,6 +667,8 @@ final class TcpResponder implements Runnable {
                 if (n == 0) {
                     return;
                 }
+                readThisTurn += n;
+                drainedBytes += n;
             }
         }
 
@@ -420,6 +688,7 @@ final class TcpResponder implements Runnable {
             }
             if (n > 0) {
                 lastProgressNanos = System.nanoTime();
+                writtenThisTurn += n;
             }
             boolean done = !out.hasRemaining() && (payload == null || !payload.hasRemaining());
             out.compact();
@@ -482,7 +751,7 @@ final class TcpResponder implements Runnable {
 
         /** After the handshake: the direct buffers that serving needs, carrying over any bytes already there. */
         private void upgradeBuffers() {
-            handshaking--;
+            leaveHandshake();
             ByteBuffer newIn = ByteBuffer.allocateDirect(IN_BUFFER_BYTES);
             ByteBuffer newOut;
             try {
@@ -515,9 +784,7 @@ final class TcpResponder implements Runnable {
             }
             out.putInt(Wire.MAGIC).putShort(Wire.VERSION).putShort((short) status).put(serverNonce);
             if (status != Wire.HS_OK) {
-                connectionsRefused++;
-                handshakeLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(status));
-                closeAfterFlush = true;
+                refuseHandshake(status);
             } else {
                 state = State.AWAIT_AUTH;
             }
@@ -540,11 +807,27 @@ final class TcpResponder implements Runnable {
                 clientNonce = null;
                 serverNonce = null;
             } else {
-                connectionsRefused++;
-                handshakeLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(Wire.HS_AUTH_FAILED));
-                closeAfterFlush = true;
+                refuseHandshake(Wire.HS_AUTH_FAILED);
             }
             return true;
+        }
+
+        /** The handshake failed: its slot goes back now; the refusal is written, then the connection drains. */
+        private void refuseHandshake(int status) {
+            connectionsRefused++;
+            handshakeLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(status));
+            clientNonce = null;
+            serverNonce = null;
+            leaveHandshake();
+            closeAfterFlush = true;
+        }
+
+        private void leaveHandshake() {
+            inHandshake = false;
+            handshaking--;
+            if (source != null) {
+                source.handshaking--;
+            }
         }
 
         private boolean request() {
@@ -707,14 +990,19 @@ final class TcpResponder implements Runnable {
             if (state == State.CLOSED) {
                 return;
             }
-            if (state == State.AWAIT_HELLO || state == State.AWAIT_AUTH
-                    || (state == State.DRAINING && !in.isDirect())) {
-                handshaking--;
+            if (inHandshake) {
+                leaveHandshake();
+            }
+            if (state == State.DRAINING) {
+                draining--;
             }
             state = State.CLOSED;
             control = null;
             connections.remove(this);
             connectionCount = connections.size();
+            if (source != null && --source.connections == 0) {
+                sources.remove(source.address, source);
+            }
             try {
                 if (payload != null) {
                     releasePayload();
@@ -728,19 +1016,23 @@ final class TcpResponder implements Runnable {
                 } catch (Throwable t) {
                     LOG.debug("closing {}", remote, t);
                 } finally {
-                    // Direct memory goes back now, not when the garbage collector gets to it. Nothing
-                    // uses these buffers any more: this connection is off the list and its key cancelled.
-                    ByteBuffer i = in;
-                    ByteBuffer o = out;
-                    in = EMPTY;
-                    out = EMPTY;
-                    if (i.isDirect()) {
-                        Mappings.unmap(i);
-                    }
-                    if (o.isDirect()) {
-                        Mappings.unmap(o);
-                    }
+                    // Nothing uses these buffers any more: this connection is off the list and its key cancelled.
+                    releaseBuffers();
                 }
+            }
+        }
+
+        /** Direct memory goes back now, not when the garbage collector gets to it. */
+        private void releaseBuffers() {
+            ByteBuffer i = in;
+            ByteBuffer o = out;
+            in = EMPTY;
+            out = EMPTY;
+            if (i.isDirect()) {
+                Mappings.unmap(i);
+            }
+            if (o.isDirect()) {
+                Mappings.unmap(o);
             }
         }
     }

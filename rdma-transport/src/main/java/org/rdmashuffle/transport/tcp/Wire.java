@@ -41,7 +41,7 @@ final class Wire {
             case HS_AUTH_MISMATCH -> "one side has spark.authenticate on and the other off";
             case HS_AUTH_FAILED -> "authentication failed (different secrets)";
             case HS_BUSY -> "the peer serves as many connections as its limits allow (spark.shuffle.rdma.maxConnections, "
-                    + "spark.shuffle.rdma.maxHandshakingConnections)";
+                    + "spark.shuffle.rdma.maxHandshakingConnections, spark.shuffle.rdma.maxConnectionsPerAddress)";
             default -> "handshake status " + s;
         };
     }
