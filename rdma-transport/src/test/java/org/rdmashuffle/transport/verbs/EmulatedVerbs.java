@@ -84,6 +84,8 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
     volatile boolean pollPaused;
     /** How long a completion thread spends on each completion it takes. */
     volatile long pollDelayMicros;
+    /** How many completions a completion thread takes out of the queue at once (ibv_poll_cq's count). */
+    volatile int pollBatch = 32;
     /** While set and not counted down, no READ lands (they wait on the wire, in order). */
     volatile java.util.concurrent.CountDownLatch landingGate;
     /** Runs once, in the next connect, before its request reaches the listener. */
@@ -294,7 +296,7 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
             List<Runnable> due = new ArrayList<>();
             while (!closed) {
                 synchronized (cqLock) {
-                    while (!pollPaused && !cq.isEmpty() && batch.size() < 32) {
+                    while (!pollPaused && !cq.isEmpty() && batch.size() < pollBatch) {
                         batch.add(cq.pollFirst());
                     }
                     if (batch.isEmpty() && barriers.isEmpty()) {
