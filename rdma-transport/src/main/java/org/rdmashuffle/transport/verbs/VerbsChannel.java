@@ -44,6 +44,15 @@ import org.slf4j.LoggerFactory;
  * flushed READs, on a fresh queue pair. A peer that cannot be asked or reconnected, or a READ
  * outstanding past the request timeout, fails the channel instead: every READ completes with an
  * error and the node forgets the channel, so the next connect makes a new one.
+ *
+ * <p>Two rules keep a READ's buffer its own. A completion counts only when the id it carries has the tag
+ * of the channel's current queue pair ({@link WorkRequestIds}; a node gives every queue pair a fresh
+ * one), so a completion a destroyed queue pair left in the completion queue never completes READs of
+ * the queue pair that reuses its number. And a READ taken off a queue pair that failed (recovery, a
+ * failed channel) completes, and its buffer goes back to its owner, only once that queue pair is
+ * destroyed ({@link QueuePair#destroyed}): a stalled or disconnected queue pair is not in the error
+ * state and may still write into it. Its completion room goes back later still, once the completions
+ * it flushed into the shared completion queue have been polled, so that failures never overrun it.
  */
 final class VerbsChannel implements RdmaChannel {
     private static final Logger LOG = LoggerFactory.getLogger(VerbsChannel.class);
@@ -941,7 +950,9 @@ final class VerbsChannel implements RdmaChannel {
             node.returnCompletionRoom(room); // no queue pair held them
         }
         if (old != null) {
-            old.closeQuietly(); // recovery had not destroyed it yet: no READ may land once its listener hears
+            // Recovery had not destroyed it yet (it may be at it): closed off this thread, which may be the timer;
+            // the READs are delivered once it is destroyed, whoever destroys it.
+            node.execute(old::closeQuietly);
         }
         deliverOnceDestroyed(d, status, ep, old);
     }
