@@ -32,8 +32,9 @@ import org.slf4j.LoggerFactory;
  * <p>Not every READ asks for a work completion: a chain's last READ does, and one in every
  * {@code signalInterval} (a quarter of the window) within long chains. A queue pair completes its work
  * requests in post order, so a signaled READ's completion also completes every READ posted before it,
- * which the channel delivers in post order from a ring of its outstanding slots; an error completes
- * every READ, signaled or not, and everything before the failed one succeeded. READs that listeners post
+ * which the channel delivers in post order from a ring of its outstanding slots; a READ's own error
+ * completes it, signaled or not, after everything before it succeeded. A flushed completion reports
+ * nothing done (the READs before it are posted again with the rest). READs that listeners post
  * from the completion thread while it delivers are queued and posted as one chain once it is done. The
  * completion thread thus wakes and posts once per several READs rather than once per READ.
  *
@@ -434,7 +435,10 @@ final class VerbsChannel implements RdmaChannel {
                         return;
                     }
                     int h = ring[ringHead];
-                    if (h == target && wcStatus != WC_SUCCESS) {
+                    if ((h == target && wcStatus != WC_SUCCESS) || wcStatus == WC_FLUSH) {
+                        // A flush says nothing for sure of the READs before it (had a completion queue dropped
+                        // theirs, they would not have landed): they go out again with the rest, never reported
+                        // done on its word. An error of the READ itself does: RC completed everything before it.
                         onError(target, wcStatus);
                         return;
                     }
