@@ -375,18 +375,35 @@ public final class VerbsNode implements RdmaNode {
      * carries the proof of the secret over it ({@link QueuePairAdmissions}).
      */
     QueuePair openEndpoint(NodeAddress peer, InetSocketAddress target, long timeoutMs) throws IOException {
+        byte[] privateData = announce(peer);
+        return verbs.connect(target, timeoutMs, privateData);
+    }
+
+    /**
+     * With authentication on, announces one queue pair to {@code peer} over the authenticated control
+     * connection.
+     *
+     * @return what its connect request must carry (the proof over the peer's nonce), or null
+     */
+    byte[] announce(NodeAddress peer) throws IOException {
         ensureOpen();
-        byte[] privateData = null;
-        if (authenticated) {
-            byte[] ip = rdmaAddress.getAddress();
-            ByteBuffer reply = controlCall(peer, ByteBuffer.allocate(2 + ip.length).put(OP_ADMIT)
-                    .put(verbs.carriesProof() ? ADMIT_PROVES : 0).put(ip).flip());
-            if (reply != null && reply.remaining() == QueuePairAdmissions.NONCE_BYTES) {
-                byte[] nonce = new byte[QueuePairAdmissions.NONCE_BYTES];
-                reply.duplicate().get(nonce);
-                privateData = QueuePairAdmissions.proof(secret, nonce, rdmaAddress);
-            }
+        if (!authenticated) {
+            return null;
         }
+        byte[] ip = rdmaAddress.getAddress();
+        ByteBuffer reply = controlCall(peer, ByteBuffer.allocate(2 + ip.length).put(OP_ADMIT)
+                .put(verbs.carriesProof() ? ADMIT_PROVES : 0).put(ip).flip());
+        if (reply == null || reply.remaining() != QueuePairAdmissions.NONCE_BYTES) {
+            return null;
+        }
+        byte[] nonce = new byte[QueuePairAdmissions.NONCE_BYTES];
+        reply.duplicate().get(nonce);
+        return QueuePairAdmissions.proof(secret, nonce, rdmaAddress);
+    }
+
+    /** A queue pair to {@code target} whose connect request carries {@code privateData} (tests: after {@link #announce}). */
+    QueuePair connectAnnounced(InetSocketAddress target, long timeoutMs, byte[] privateData) throws IOException {
+        ensureOpen();
         return verbs.connect(target, timeoutMs, privateData);
     }
 
