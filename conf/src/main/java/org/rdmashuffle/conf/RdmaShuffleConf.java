@@ -197,7 +197,11 @@ public final class RdmaShuffleConf {
             1024, 1, 1 << 20,
             "tcp: connections a node serves at once (handshaking and handshaken). A connection past the cap is "
                     + "refused at once with handshake status 4 (busy) and closed; the connecting side retries. "
-                    + "Each handshaken connection holds 80 KiB of direct memory."));
+                    + "Each handshaken connection holds 80 KiB of direct memory. verbs: also the queue pairs "
+                    + "peers may hold on a node at once (connecting or connected; its control connections are "
+                    + "capped separately by the same value); a connect request past it is rejected before any "
+                    + "queue pair exists, counted in `transport.connectionsRefused`, and the peer's channel "
+                    + "retries."));
 
     public static final ConfigKey<Integer> MAX_HANDSHAKING_CONNECTIONS = declare(ConfigKey.integer(
             PREFIX + "maxHandshakingConnections", 128, 1, 1 << 20,
@@ -207,19 +211,24 @@ public final class RdmaShuffleConf {
 
     public static final ConfigKey<Integer> MAX_CONNECTIONS_PER_ADDRESS = declare(ConfigKey.integer(
             PREFIX + "maxConnectionsPerAddress", 128, 1, 1 << 20,
-            "tcp: connections a node serves at once from one source address (handshaking, handshaken and "
-                    + "draining after an error reply), so that one host cannot take a node's `maxConnections`. A "
-                    + "connection past it is refused busy like one past `maxConnections`, and counted in "
-                    + "`transport.connectionsRefused`. An executor opens one channel to each peer node (two for a "
-                    + "moment while an idle one is replaced), so the default leaves room for 64 executors on one "
-                    + "host; raise it for more executors per host, or for hosts that reach the node through one "
-                    + "NAT address."));
+            "Connections (tcp: handshaking, handshaken and draining after an error reply) and queue pairs "
+                    + "(verbs: connecting or connected) a node holds at once from one source address, so that one "
+                    + "host cannot take a node's `maxConnections` or the device's queue pairs. A connection past it "
+                    + "is refused busy, a verbs connect request rejected before any queue pair exists; both are "
+                    + "counted in `transport.connectionsRefused`. An executor opens one channel or queue pair to "
+                    + "each peer node (two for a moment while one is replaced), so the default leaves room for 64 "
+                    + "executors on one host; raise it for more executors per host, or for hosts that reach the "
+                    + "node through one NAT address."));
 
     public static final ConfigKey<Long> IDLE_TIMEOUT = declare(ConfigKey.millis(PREFIX + "idleTimeout",
             "5min", 1000, 86_400_000,
             "tcp: a served connection on which no byte moved in either direction for this long is closed (an "
                     + "abandoned peer, or one that stopped reading its replies). Channels with nothing outstanding "
-                    + "send an empty keep-alive message after a third of it, so live peers are never closed."));
+                    + "send an empty keep-alive message after a third of it, so live peers are never closed. verbs: "
+                    + "an accepted queue pair that no keep-alive named for this long is closed (a peer host that lost "
+                    + "power sends no disconnect); every channel names its queue pair in a keep-alive over its "
+                    + "control connection every third of it, and closes itself, idle, when its peer answered none of "
+                    + "two."));
 
     public static final ConfigKey<Long> FRAME_TIMEOUT = declare(ConfigKey.millis(PREFIX + "frameTimeout",
             "30s", 100, 3_600_000,

@@ -205,8 +205,14 @@ final class DisniDevice implements VerbsDevice {
         };
     }
 
+    /** DiSNI 2.1's libdisni drops rdma_cm private data on the accepting side: no proofs (docs/verbs.md). */
     @Override
-    public QueuePair connect(InetSocketAddress target, long timeoutMs) throws IOException {
+    public boolean carriesProof() {
+        return false;
+    }
+
+    @Override
+    public QueuePair connect(InetSocketAddress target, long timeoutMs, byte[] privateData) throws IOException {
         VerbsEndpoint ep = group.createEndpoint();
         try {
             ep.connectWithin(target, timeoutMs);
@@ -230,6 +236,12 @@ final class DisniDevice implements VerbsDevice {
                     continue;
                 }
                 accepted.add(ep);
+                if (!ep.recordConnected()) {
+                    // it disconnected before this thread recorded it (acceptedDisconnected found nothing to close)
+                    accepted.remove(ep);
+                    ep.closeQuietly();
+                    continue;
+                }
                 node.acceptedQueuePair();
             } catch (IOException | RuntimeException e) {
                 if (closed) {
@@ -240,9 +252,12 @@ final class DisniDevice implements VerbsDevice {
         }
     }
 
-    /** An accepted endpoint disconnected, on DiSNI's connection-manager thread: closed off it. */
+    /**
+     * An accepted endpoint disconnected, on DiSNI's connection-manager thread: closed off it, or, when the
+     * acceptor has not recorded it yet, by the acceptor once it does ({@link VerbsEndpoint#recordConnected}).
+     */
     void acceptedDisconnected(VerbsEndpoint ep) {
-        if (!closed && accepted.remove(ep)) {
+        if (ep.recordGone() && !closed && accepted.remove(ep)) {
             node.execute(ep::closeQuietly);
         }
     }

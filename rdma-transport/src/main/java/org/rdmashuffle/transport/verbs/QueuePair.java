@@ -1,6 +1,8 @@
 package org.rdmashuffle.transport.verbs;
 
 import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.util.concurrent.CompletableFuture;
 
 /**
  * One RC queue pair and its rdma_cm id, as a {@link VerbsChannel} and its node see it, whichever API
@@ -22,6 +24,28 @@ interface QueuePair {
      */
     void post(ReadChain chain, int k) throws IOException;
 
-    /** Disconnects and destroys the queue pair and its rdma_cm id, never throwing. Idempotent. */
+    /**
+     * Disconnects and destroys the queue pair and its rdma_cm id, never throwing. Idempotent: the first
+     * caller destroys it; a later caller (another thread) waits until that is done, up to a bound
+     * ({@link #CLOSE_WAIT_MS}), and returns then even when it is not. Either way, only
+     * {@link #destroyed()} says when the queue pair can no longer write into memory.
+     */
     void closeQuietly();
+
+    /**
+     * Completes once the queue pair is destroyed: from then on no READ posted on it lands anywhere, and it
+     * makes no further work completion (those it made may still wait in the completion queue). Never
+     * completes exceptionally; never completes when destroying it failed or was given up (a buffer a READ
+     * of it may still write into must then never go back to its pool).
+     */
+    CompletableFuture<Void> destroyed();
+
+    /**
+     * This queue pair's own rdma_cm address (its source address and port, as the accepting node sees it as
+     * the connect request's source), or null where unknown; a client's keep-alives name it.
+     */
+    InetSocketAddress localAddress();
+
+    /** How long a second {@link #closeQuietly} caller waits for the first one's destroy. */
+    long CLOSE_WAIT_MS = 10_000;
 }

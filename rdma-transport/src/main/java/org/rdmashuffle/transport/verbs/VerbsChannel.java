@@ -32,8 +32,9 @@ import org.slf4j.LoggerFactory;
  * <p>Not every READ asks for a work completion: a chain's last READ does, and one in every
  * {@code signalInterval} (a quarter of the window) within long chains. A queue pair completes its work
  * requests in post order, so a signaled READ's completion also completes every READ posted before it,
- * which the channel delivers in post order from a ring of its outstanding slots; an error completes
- * every READ, signaled or not, and everything before the failed one succeeded. READs that listeners post
+ * which the channel delivers in post order from a ring of its outstanding slots; a READ's own error
+ * completes it, signaled or not, after everything before it succeeded. A flushed completion reports
+ * nothing done (the READs before it are posted again with the rest). READs that listeners post
  * from the completion thread while it delivers are queued and posted as one chain once it is done. The
  * completion thread thus wakes and posts once per several READs rather than once per READ.
  *
@@ -44,6 +45,15 @@ import org.slf4j.LoggerFactory;
  * flushed READs, on a fresh queue pair. A peer that cannot be asked or reconnected, or a READ
  * outstanding past the request timeout, fails the channel instead: every READ completes with an
  * error and the node forgets the channel, so the next connect makes a new one.
+ *
+ * <p>Two rules keep a READ's buffer its own. A completion counts only when the id it carries has the tag
+ * of the channel's current queue pair ({@link WorkRequestIds}; a node gives every queue pair a fresh
+ * one), so a completion a destroyed queue pair left in the completion queue never completes READs of
+ * the queue pair that reuses its number. And a READ taken off a queue pair that failed (recovery, a
+ * failed channel) completes, and its buffer goes back to its owner, only once that queue pair is
+ * destroyed ({@link QueuePair#destroyed}): a stalled or disconnected queue pair is not in the error
+ * state and may still write into it. Its completion room goes back later still, once the completions
+ * it flushed into the shared completion queue have been polled, so that failures never overrun it.
  */
 final class VerbsChannel implements RdmaChannel {
     private static final Logger LOG = LoggerFactory.getLogger(VerbsChannel.class);
@@ -54,8 +64,6 @@ final class VerbsChannel implements RdmaChannel {
     private static final int CLOSED = 2;
     /** A post failed: nothing more is posted or completed on this queue pair; the channel fails next. */
     private static final int FAILING = 3;
-    /** The bits of the epoch a work request id carries (bits 32..55; the top byte belongs to the queue pair). */
-    private static final int EPOCH_MASK = 0xFF_FFFF;
     /** A READ flushed by another READ's error is posted again at most this many times. */
     private static final int MAX_REPOSTS = 2;
 
@@ -70,11 +78,22 @@ final class VerbsChannel implements RdmaChannel {
     // Guarded by lock.
     private int state = OPEN;
     private QueuePair endpoint;
-    /** The failed queue pair while recovery has not closed it yet (READs may still land through it). */
+    /** The failed queue pair while recovery has not destroyed it yet (READs may still land through it). */
     private QueuePair retiring;
-    private int epoch;
+    /**
+     * The tag of {@link #endpoint} in the ids of the work requests posted on it ({@link WorkRequestIds}):
+     * a completion counts only when it carries this tag. {@link WorkRequestIds#NO_TAG} while no queue pair
+     * may complete anything (recovering, failing, closed).
+     */
+    private int endpointTag = WorkRequestIds.NO_TAG;
+    /** Completion room of READs a failed post may have left on the queue pair, held until it is destroyed. */
+    private int pendingRoom;
+    /** What a post to this channel once closed reports: IDLE_CLOSED after its peer stopped answering keep-alives. */
+    private volatile int closedStatus = ReadStatus.CHANNEL_CLOSED;
+    private long lastKeepAliveNanos;
+    private int keepAlivesUnanswered;
     private final ReadChain readChain;
-    // Outstanding READs, by slot (the low half of the work request id; the high half is the epoch).
+    // Outstanding READs, by slot (the low half of the work request id; the high half is the queue pair's tag).
     private final long[] slotRemote;
     private final int[] slotRkey;
     private final int[] slotLength;
@@ -160,6 +179,8 @@ final class VerbsChannel implements RdmaChannel {
     private void attach(QueuePair ep) {
         endpoint = ep;
         ep.channel(this);
+        endpointTag = node.nextQueuePairTag();
+        lastKeepAliveNanos = System.nanoTime();
         state = OPEN;
     }
 
@@ -185,7 +206,7 @@ final class VerbsChannel implements RdmaChannel {
             return;
         }
         if (state == CLOSED) {
-            throw new TransportException("channel to " + peer + " is closed", ReadStatus.CHANNEL_CLOSED, null);
+            throw new TransportException("channel to " + peer + " is closed", closedStatus, null);
         }
         for (int i = 0; i < n; i++) {
             regionOf(batch, i); // validates every destination before anything is posted
@@ -217,8 +238,7 @@ final class VerbsChannel implements RdmaChannel {
         }
         node.countPosted(accepted);
         if (accepted == 0) {
-            throw new TransportException("channel to " + peer + " closed while posting", ReadStatus.CHANNEL_CLOSED,
-                    null);
+            throw new TransportException("channel to " + peer + " closed while posting", closedStatus, null);
         }
         for (int i = accepted; i < n; i++) {
             node.completeLater(listener, batch.requestId(i), ReadStatus.CHANNEL_CLOSED);
@@ -328,7 +348,7 @@ final class VerbsChannel implements RdmaChannel {
             if (freeTop == credits) {
                 lastProgressNanos = System.nanoTime(); // the queue pair was idle: the clock starts now
             }
-            long wrEpoch = (long) (epoch & EPOCH_MASK) << 32; // the top byte is the queue pair's (FfmQueuePair)
+            int tag = endpointTag;
             int mask = qRemote.length - 1;
             ReadChain c = readChain;
             for (int j = 0; j < k; j++) {
@@ -349,7 +369,7 @@ final class VerbsChannel implements RdmaChannel {
                 qListener[q] = null;
                 qHead = (q + 1) & mask;
                 qSize--;
-                c.wrId[j] = wrEpoch | slot;
+                c.wrId[j] = WorkRequestIds.of(tag, slot);
                 c.local[j] = slotLocal[slot];
                 c.length[j] = slotLength[slot];
                 c.lkey[j] = slotLkey[slot];
@@ -366,18 +386,19 @@ final class VerbsChannel implements RdmaChannel {
             } catch (IOException e) {
                 // post_send may have taken a prefix of the chain, or none of it. None of it may be completed by a
                 // later completion (the ring would say it succeeded): it leaves the ring for the queue, the queue
-                // pair's completions stop counting, and the channel fails (closing the queue pair before any
-                // listener hears).
+                // pair's completions stop counting, and the channel fails (destroying the queue pair before any
+                // listener hears). The prefix may still complete into the completion queue: its room is held
+                // until the queue pair is destroyed.
                 ringSize -= k;
                 for (int j = k - 1; j >= 0; j--) {
-                    int slot = (int) c.wrId[j];
+                    int slot = WorkRequestIds.slot(c.wrId[j]);
                     enqueueFirst(slotRemote[slot], slotRkey[slot], slotLength[slot], slotLocal[slot], slotLkey[slot],
                             slotRequestId[slot], slotListener[slot], slotPostNanos[slot], slotReposts[slot]);
                     releaseSlot(slot);
                 }
-                node.returnCompletionRoom(k);
+                pendingRoom += k;
                 unsignaledRun = 0;
-                epoch++;
+                endpointTag = WorkRequestIds.NO_TAG;
                 state = FAILING;
                 failLater(ReadStatus.CONNECTION_LOST, "posting READs failed: " + e.getMessage());
                 return;
@@ -392,8 +413,8 @@ final class VerbsChannel implements RdmaChannel {
      * after the last.
      */
     void onCompletion(QueuePair from, long wrId, int wcStatus) {
-        int target = (int) wrId;
-        int wrEpoch = (int) (wrId >>> 32);
+        int target = WorkRequestIds.slot(wrId);
+        int wrTag = WorkRequestIds.tag(wrId);
         Thread me = Thread.currentThread();
         boolean delivering = false;
         try {
@@ -404,15 +425,20 @@ final class VerbsChannel implements RdmaChannel {
                 boolean last;
                 lock.lock();
                 try {
-                    if (from != endpoint || wrEpoch != (epoch & EPOCH_MASK) || state != OPEN) {
-                        return; // a queue pair this channel has given up (before, or while listeners ran)
+                    if (from != endpoint || wrTag != endpointTag || state != OPEN) {
+                        // A queue pair this channel has given up (before, or while listeners ran), or a completion
+                        // of a destroyed queue pair whose number the current one reuses: not this queue pair's.
+                        return;
                     }
                     if (target < 0 || target >= credits || !slotBusy[target] || ringSize == 0) {
                         LOG.warn("completion for unknown work request {} on channel to {}", wrId, peer);
                         return;
                     }
                     int h = ring[ringHead];
-                    if (h == target && wcStatus != WC_SUCCESS) {
+                    if ((h == target && wcStatus != WC_SUCCESS) || wcStatus == WC_FLUSH) {
+                        // A flush says nothing for sure of the READs before it (had a completion queue dropped
+                        // theirs, they would not have landed): they go out again with the rest, never reported
+                        // done on its word. An error of the READ itself does: RC completed everything before it.
                         onError(target, wcStatus);
                         return;
                     }
@@ -469,7 +495,10 @@ final class VerbsChannel implements RdmaChannel {
     /**
      * The queue pair failed. The READ that failed it (the given slot, else the oldest outstanding) is
      * set aside to be diagnosed; every other outstanding READ was flushed and goes back to the head of
-     * the queue, oldest first, to be posted again on a fresh queue pair. Lock held, state OPEN.
+     * the queue, oldest first, to be posted again on a fresh queue pair. The failed queue pair may still
+     * write into their buffers (a stalled or disconnected one is not in the error state) and may still
+     * complete into the completion queue: READs given up are delivered, and its completion room given
+     * back, only once it is destroyed ({@link #retire}). Lock held, state OPEN.
      */
     private void startRecovery(int suspectSlot, String cause) {
         if (suspectSlot < 0) {
@@ -482,29 +511,40 @@ final class VerbsChannel implements RdmaChannel {
             }
         }
         Suspect suspect = null;
+        int room = 0;
         if (suspectSlot >= 0) {
             suspect = new Suspect(slotRemote[suspectSlot], slotRkey[suspectSlot], slotLength[suspectSlot],
                     slotLocal[suspectSlot], slotLkey[suspectSlot], slotRequestId[suspectSlot],
                     slotListener[suspectSlot], slotPostNanos[suspectSlot], slotReposts[suspectSlot]);
             releaseSlot(suspectSlot);
-            node.returnCompletionRoom(1);
+            room++;
         }
-        int requeued = reQueueOutstandingInPostOrder();
-        node.returnCompletionRoom(requeued);
+        Deliveries givenUp = new Deliveries();
+        int outstanding = reQueueOutstandingInPostOrder(givenUp);
+        room += outstanding;
+        QueuePair old = endpoint;
+        endpointTag = WorkRequestIds.NO_TAG;
         if (suspect == null && qSize == 0) {
-            failLater(ReadStatus.CONNECTION_LOST, cause + " while idle"); // nothing to save: the next connect makes a new one
+            // nothing to save: the channel fails (destroying the queue pair); the next connect makes a new one
+            pendingRoom += room;
+            state = FAILING;
+            deliverOnceDestroyed(givenUp, ReadStatus.CONNECTION_LOST, old, null);
+            failLater(ReadStatus.CONNECTION_LOST, cause + " while idle");
             return;
         }
-        epoch++;
         state = RECOVERING;
-        QueuePair old = endpoint;
         endpoint = null;
         if (old != null) {
             old.channel(null);
             retiring = old;
+            retire(old, room);
+        } else {
+            node.returnCompletionRoom(room);
         }
-        LOG.info("queue pair to {} failed ({}); {} READs will be posted again on a new one{}", peer, cause, requeued,
-                suspect == null ? "" : " after the peer says whether READ " + suspect.describe() + " was valid");
+        deliverOnceDestroyed(givenUp, ReadStatus.CONNECTION_LOST, old, null);
+        LOG.info("queue pair to {} failed ({}); {} READs will be posted again on a new one{}", peer, cause,
+                outstanding - givenUp.size(), suspect == null ? "" : " after the peer says whether READ "
+                        + suspect.describe() + " was valid");
         Suspect s = suspect;
         node.execute(() -> recover(old, s, cause));
     }
@@ -518,8 +558,26 @@ final class VerbsChannel implements RdmaChannel {
         }
     }
 
-    /** Puts the outstanding READs back at the head of the queue, oldest first; returns how many. Lock held. */
-    private int reQueueOutstandingInPostOrder() {
+    /** READs to complete later with one status (off the hot path: failures only). */
+    private static final class Deliveries {
+        final List<ReadListener> listeners = new ArrayList<>();
+        final List<Long> ids = new ArrayList<>();
+
+        void add(ReadListener l, long id) {
+            listeners.add(l);
+            ids.add(id);
+        }
+
+        int size() {
+            return listeners.size();
+        }
+    }
+
+    /**
+     * Puts the outstanding READs back at the head of the queue, oldest first; READs posted again too often
+     * go to {@code givenUp} instead. Returns how many were outstanding. Lock held.
+     */
+    private int reQueueOutstandingInPostOrder(Deliveries givenUp) {
         int n = 0;
         for (int s = 0; s < credits; s++) {
             if (slotBusy[s]) {
@@ -542,7 +600,7 @@ final class VerbsChannel implements RdmaChannel {
                 enqueueFirst(slotRemote[s], slotRkey[s], slotLength[s], slotLocal[s], slotLkey[s], slotRequestId[s],
                         slotListener[s], slotPostNanos[s], (byte) (slotReposts[s] + 1));
             } else {
-                node.completeLater(slotListener[s], slotRequestId[s], ReadStatus.CONNECTION_LOST);
+                givenUp.add(slotListener[s], slotRequestId[s]);
             }
             releaseSlot(s);
         }
@@ -552,13 +610,75 @@ final class VerbsChannel implements RdmaChannel {
     }
 
     /**
-     * Off the completion thread: closes the failed queue pair, asks the peer about the suspect READ
-     * (completing it with the peer's answer when the READ was invalid), and connects a new queue pair.
-     * When the peer cannot be asked or reached, the channel fails.
+     * {@code qp} was taken out of service with {@code room} READs' completion room: the room goes back once
+     * it is destroyed (nothing more can complete) and the completions it left in the queue are polled.
+     * Until then its flushed completions may still fill the queue, and reusing the room would overrun it.
+     */
+    private void retire(QueuePair qp, int room) {
+        if (room <= 0) {
+            return;
+        }
+        qp.destroyed().whenComplete((v, e) -> node.afterCompletionsPolled(() -> node.returnCompletionRoom(room)));
+    }
+
+    /**
+     * Completes {@code d}'s READs with {@code status} once {@code a} and {@code b} (either may be null) are
+     * destroyed: their buffers go back to a pool then, never while a queue pair that could write into them
+     * is alive. At once when they are; else on a worker when the last destroy finishes.
+     */
+    private void deliverOnceDestroyed(Deliveries d, int status, QueuePair a, QueuePair b) {
+        if (d.size() == 0) {
+            return;
+        }
+        Runnable all = () -> {
+            for (int i = 0; i < d.size(); i++) {
+                node.countRead(status, 0);
+                deliver(d.listeners.get(i), d.ids.get(i), status, 0);
+            }
+        };
+        CompletableFuture<Void> da = a == null ? CompletableFuture.completedFuture(null) : a.destroyed();
+        CompletableFuture<Void> db = b == null ? CompletableFuture.completedFuture(null) : b.destroyed();
+        if (da.isDone() && db.isDone()) {
+            all.run();
+            return;
+        }
+        CompletableFuture.allOf(da, db).whenComplete((v, e) -> node.execute(all));
+    }
+
+    /** Waits, within {@link QueuePair#CLOSE_WAIT_MS}, for {@code qp} to be destroyed; true when it is. */
+    private static boolean awaitDestroyed(QueuePair qp) {
+        try {
+            qp.destroyed().get(QueuePair.CLOSE_WAIT_MS, TimeUnit.MILLISECONDS);
+            return true;
+        } catch (java.util.concurrent.TimeoutException | java.util.concurrent.ExecutionException e) {
+            return false;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+    }
+
+    /**
+     * Off the completion thread: destroys the failed queue pair (READs are posted again only once nothing
+     * of it can land any more), asks the peer about the suspect READ (completing it with the peer's answer
+     * when the READ was invalid), and connects a new queue pair. When the failed queue pair cannot be
+     * destroyed in time, or the peer cannot be asked or reached, the channel fails.
      */
     private void recover(QueuePair old, Suspect suspect, String cause) {
         if (old != null) {
             old.closeQuietly();
+            boolean gone = awaitDestroyed(old);
+            if (!gone) {
+                LOG.warn("queue pair to {} was not destroyed within {} ms; the channel fails, and its READs complete "
+                        + "once it is", peer, QueuePair.CLOSE_WAIT_MS);
+                if (suspect != null) {
+                    Deliveries d = new Deliveries();
+                    d.add(suspect.listener(), suspect.requestId());
+                    deliverOnceDestroyed(d, ReadStatus.CONNECTION_LOST, old, null);
+                }
+                fail(ReadStatus.CONNECTION_LOST, cause + ", and the failed queue pair was not destroyed in time");
+                return;
+            }
             lock.lock();
             try {
                 if (retiring == old) {
@@ -572,7 +692,7 @@ final class VerbsChannel implements RdmaChannel {
             int why;
             try {
                 why = node.diagnose(peer, suspect.rkey(), suspect.remote(), suspect.length());
-            } catch (IOException e) {
+            } catch (IOException | RuntimeException e) {
                 node.countRead(ReadStatus.CONNECTION_LOST, 0);
                 deliver(suspect.listener(), suspect.requestId(), ReadStatus.CONNECTION_LOST, 0);
                 fail(ReadStatus.CONNECTION_LOST, cause + ", and the peer cannot be asked why: " + e.getMessage());
@@ -604,7 +724,7 @@ final class VerbsChannel implements RdmaChannel {
         QueuePair fresh;
         try {
             fresh = node.openEndpoint(peer, rdmaTarget, node.connectTimeoutMs());
-        } catch (IOException e) {
+        } catch (IOException | RuntimeException e) {
             fail(ReadStatus.CONNECTION_LOST, cause + ", and reconnecting failed: " + e.getMessage());
             return;
         }
@@ -638,14 +758,19 @@ final class VerbsChannel implements RdmaChannel {
      * Fails the channel when a READ has been outstanding or queued longer than the request timeout; when
      * READs have made no progress for the stall interval, asks the peer whether the oldest one is valid.
      */
-    void checkTimeouts(long now) {
+    void checkTimeouts(long now, long keepAliveNanos) {
         String late = null;
         Suspect stalled = null;
         long stalledSeq = -1;
+        QueuePair keepAlive = null;
         lock.lock();
         try {
             if (state == CLOSED) {
                 return;
+            }
+            if (state == OPEN && endpoint != null && now - lastKeepAliveNanos > keepAliveNanos) {
+                lastKeepAliveNanos = now;
+                keepAlive = endpoint;
             }
             int oldest = -1;
             for (int s = 0; s < credits; s++) {
@@ -675,6 +800,9 @@ final class VerbsChannel implements RdmaChannel {
         } finally {
             lock.unlock();
         }
+        if (keepAlive != null) {
+            node.sendKeepAlive(this, peer, keepAlive.localAddress());
+        }
         if (late != null) {
             fail(ReadStatus.TIMEOUT, late + " longer than spark.shuffle.rdma.requestTimeout ("
                     + TimeUnit.NANOSECONDS.toMillis(requestTimeoutNanos) + " ms)");
@@ -685,30 +813,55 @@ final class VerbsChannel implements RdmaChannel {
         }
     }
 
-    /** Off the timer: asks the peer about a READ that has made no progress; an invalid one fails the queue pair. */
+    /**
+     * Off the timer: asks the peer about a READ that has made no progress; an invalid one fails the queue
+     * pair. Whatever the asking throws, the next stall is checked again.
+     */
     private void checkStall(Suspect s, long seq) {
-        int why;
+        int why = ReadStatus.SUCCESS;
         try {
             why = node.diagnose(peer, s.rkey(), s.remote(), s.length());
-        } catch (IOException e) {
-            why = ReadStatus.SUCCESS; // cannot tell: the request timeout stays in charge
+        } catch (IOException | RuntimeException e) {
+            LOG.debug("cannot ask {} about a stalled READ: {}", peer, e.toString()); // the request timeout stays in charge
+        } finally {
+            lock.lock();
+            try {
+                stallCheckRunning = false;
+                if (why == ReadStatus.SUCCESS || state != OPEN) {
+                    lastProgressNanos = System.nanoTime(); // valid, just slow: check again one interval later
+                } else {
+                    for (int slot = 0; slot < credits; slot++) {
+                        if (slotBusy[slot] && slotSeq[slot] == seq) {
+                            startRecovery(slot, "no completion for " + TimeUnit.NANOSECONDS.toMillis(stallNanos)
+                                    + " ms, and the peer says READ " + s.describe() + " is invalid: "
+                                    + ReadStatus.describe(why));
+                            break;
+                        }
+                    }
+                }
+            } finally {
+                lock.unlock();
+            }
         }
+    }
+
+    /**
+     * What became of a keep-alive: the peer's accepting node reaps a queue pair no keep-alive named for its
+     * idle timeout. A channel with nothing outstanding whose peer answered none of the last two closes
+     * (posting to it then says IDLE_CLOSED: connect again); with READs outstanding the request timeout
+     * decides.
+     */
+    void keepAliveAnswered(boolean answered, String why) {
+        boolean close;
         lock.lock();
         try {
-            stallCheckRunning = false;
-            if (why == ReadStatus.SUCCESS || state != OPEN) {
-                lastProgressNanos = System.nanoTime(); // valid, just slow: check again one interval later
-                return;
-            }
-            for (int slot = 0; slot < credits; slot++) {
-                if (slotBusy[slot] && slotSeq[slot] == seq) {
-                    startRecovery(slot, "no completion for " + TimeUnit.NANOSECONDS.toMillis(stallNanos)
-                            + " ms, and the peer says READ " + s.describe() + " is invalid: " + ReadStatus.describe(why));
-                    return;
-                }
-            }
+            keepAlivesUnanswered = answered ? 0 : keepAlivesUnanswered + 1;
+            close = keepAlivesUnanswered >= 2 && state == OPEN && freeTop == credits && qSize == 0;
         } finally {
             lock.unlock();
+        }
+        if (close) {
+            fail(ReadStatus.IDLE_CLOSED, "the peer answered no keep-alive (" + why + ")");
         }
     }
 
@@ -740,34 +893,40 @@ final class VerbsChannel implements RdmaChannel {
         node.execute(() -> fail(status, why));
     }
 
-    /** Completes every READ with {@code status}, closes the queue pair and leaves the node's cache. */
+    /**
+     * Completes every READ with {@code status}, closes the queue pair and leaves the node's cache. The READs
+     * complete (and their buffers may go back to a pool) only once every queue pair they were posted on is
+     * destroyed; the completion room they held goes back once that queue pair's completions are polled.
+     */
     void fail(int status, String why) {
-        List<ReadListener> ls = new ArrayList<>();
-        List<Long> ids = new ArrayList<>();
+        Deliveries d = new Deliveries();
         QueuePair ep;
         QueuePair old;
+        int room;
         lock.lock();
         try {
             if (state == CLOSED) {
                 return;
             }
             state = CLOSED;
-            epoch++;
+            if (status == ReadStatus.IDLE_CLOSED) {
+                closedStatus = ReadStatus.IDLE_CLOSED;
+            }
+            endpointTag = WorkRequestIds.NO_TAG;
             int outstanding = 0;
             for (int s = 0; s < credits; s++) {
                 if (slotBusy[s]) {
-                    ls.add(slotListener[s]);
-                    ids.add(slotRequestId[s]);
+                    d.add(slotListener[s], slotRequestId[s]);
                     releaseSlot(s);
                     outstanding++;
                 }
             }
-            node.returnCompletionRoom(outstanding);
+            room = outstanding + pendingRoom;
+            pendingRoom = 0;
             ringHead = 0;
             ringSize = 0;
             while (qSize > 0) {
-                ls.add(qListener[qHead]);
-                ids.add(qRequestId[qHead]);
+                d.add(qListener[qHead], qRequestId[qHead]);
                 qListener[qHead] = null;
                 qHead = (qHead + 1) & (qRemote.length - 1);
                 qSize--;
@@ -776,28 +935,30 @@ final class VerbsChannel implements RdmaChannel {
             endpoint = null;
             old = retiring;
             retiring = null;
-            if (ls.isEmpty() && status != ReadStatus.CHANNEL_CLOSED) {
+            if (d.size() == 0 && status != ReadStatus.CHANNEL_CLOSED) {
                 LOG.info("channel to {} closed: {}", peer, why);
             }
         } finally {
             lock.unlock();
         }
-        if (status != ReadStatus.CHANNEL_CLOSED && !ls.isEmpty()) {
-            LOG.warn("channel to {} failed: {} ({} READs completed with '{}')", peer, why, ls.size(),
+        if (status != ReadStatus.CHANNEL_CLOSED && d.size() > 0) {
+            LOG.warn("channel to {} failed: {} ({} READs completed with '{}')", peer, why, d.size(),
                     ReadStatus.describe(status));
         }
         node.channelClosed(this);
         if (ep != null) {
             ep.channel(null);
+            retire(ep, room);
             ep.closeQuietly();
+        } else {
+            node.returnCompletionRoom(room); // no queue pair held them
         }
         if (old != null) {
-            old.closeQuietly(); // recovery had not closed it yet: no READ may land once its listener hears
+            // Recovery had not destroyed it yet (it may be at it): closed off this thread, which may be the timer;
+            // the READs are delivered once it is destroyed, whoever destroys it.
+            node.execute(old::closeQuietly);
         }
-        for (int i = 0; i < ls.size(); i++) {
-            node.countRead(status, 0);
-            deliver(ls.get(i), ids.get(i), status, 0);
-        }
+        deliverOnceDestroyed(d, status, ep, old);
     }
 
     @Override

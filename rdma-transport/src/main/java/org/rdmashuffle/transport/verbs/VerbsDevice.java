@@ -44,11 +44,30 @@ interface VerbsDevice {
     Memory register(ByteBuffer memory, int access) throws IOException;
 
     /**
-     * A connected client queue pair to the rdma_cm listener at {@code target}, within {@code timeoutMs}.
+     * A connected client queue pair to the rdma_cm listener at {@code target}, within {@code timeoutMs},
+     * its connect request carrying {@code privateData} (null: none) when {@link #carriesProof}.
      *
      * @throws IOException naming why (the rdma_cm event, or the timeout)
      */
-    QueuePair connect(InetSocketAddress target, long timeoutMs) throws IOException;
+    QueuePair connect(InetSocketAddress target, long timeoutMs, byte[] privateData) throws IOException;
+
+    /**
+     * Whether this API carries rdma_cm private data both ways: sends it with a connect request and hands
+     * the listener what a peer's request carried ({@link VerbsNode#admitQueuePair}), so that a queue pair
+     * can be bound to a proof of the application's secret. {@code java.lang.foreign}: yes; DiSNI 2.1: no
+     * (libdisni drops private data on the accepting side).
+     */
+    boolean carriesProof();
+
+    /**
+     * Runs {@code r} once every work completion in the completion queue when this is called has been
+     * polled (or at once where the API cannot tell: DiSNI polls on its own thread). What a destroyed queue
+     * pair flushed into the queue before it went is then out of it, so its room can be reused without
+     * overrunning the queue. {@code r} must not block; it may run on the completion thread.
+     */
+    default void afterCompletionsPolled(Runnable r) {
+        r.run();
+    }
 
     /** Stops accepting and closes every accepted queue pair (peers can no longer READ). */
     void closeListener();

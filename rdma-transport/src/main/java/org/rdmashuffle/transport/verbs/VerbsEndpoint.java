@@ -9,15 +9,22 @@ import com.ibm.disni.verbs.RdmaCmEvent;
 import com.ibm.disni.verbs.RdmaCmId;
 import com.ibm.disni.verbs.SVCPostSend;
 import java.io.IOException;
+import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.LinkedList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 
 /**
  * One RC queue pair and its rdma_cm id, through DiSNI ({@link DisniDevice}). Client endpoints belong to a {@link VerbsChannel}, which gets
  * their completions; server endpoints (accepted) only let a peer READ this node's regions. DiSNI's
  * own {@code connect} waits without a bound, so a connect in progress is interrupted when rdma_cm
  * reports it failed (rejected, unreachable, address or route error) or the connect timeout passes.
+ *
+ * <p>DiSNI hands a work completion to the endpoint whose queue pair has the completion's qp_num, with
+ * no tag of its own: a completion a destroyed queue pair left in the queue reaches the endpoint that
+ * reuses its number. The channel tells them apart by the queue pair tag in the work request id
+ * ({@link WorkRequestIds}); this class passes the id on whole.
  */
 final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
     private static final int ADDR_ERROR = RdmaCmEvent.EventType.RDMA_CM_EVENT_ADDR_ERROR.ordinal();
@@ -41,6 +48,9 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
     private boolean connectOver;
     private boolean established;
     private boolean acceptAborted;
+    /** A server endpoint's admission ({@link VerbsNode#admitQueuePair}), from its init hook on. */
+    private volatile AcceptedQueuePairs.Entry entry;
+    private final DestroyOnce destroy = new DestroyOnce();
 
     VerbsEndpoint(VerbsNode node, DisniDevice device, RdmaActiveEndpointGroup<VerbsEndpoint> group, RdmaCmId id,
                   boolean serverSide) throws IOException {
@@ -134,12 +144,15 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
             return;
         }
         java.net.SocketAddress from = getDstAddr();
-        java.net.InetAddress ip = from instanceof java.net.InetSocketAddress a ? a.getAddress() : null;
-        if (ip == null || !node.mayAccept(ip)) {
+        // DiSNI 2.1 hands no private data to the accepting side: admission by source address only
+        AcceptedQueuePairs.Entry e = node.admitQueuePair(from instanceof InetSocketAddress a ? a : null, null);
+        if (e == null) {
             getIdPriv().destroyQP();
             node.execute(this::closeQuietly); // once DiSNI's accept has let go of it
-            throw new IOException("queue pair from " + from + " refused: not announced by an authenticated peer");
+            throw new IOException("queue pair from " + from + " refused (a cap, or not announced by an "
+                    + "authenticated peer)");
         }
+        entry = e;
         // DiSNI's accept waits for ESTABLISHED without a bound, on the node's only acceptor thread: a peer
         // that goes away mid-handshake must not stop every later accept.
         long timeoutMs = node.connectTimeoutMs();
@@ -169,6 +182,40 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
     /** Whether rdma_cm reported this endpoint's connection established. */
     synchronized boolean established() {
         return established;
+    }
+
+    /**
+     * A server endpoint accept returned connected: records it among the node's accepted queue pairs.
+     *
+     * @return false when it went away before it was recorded (a DISCONNECTED that came first): close it
+     */
+    boolean recordConnected() {
+        AcceptedQueuePairs.Entry e = entry;
+        return e == null || e.connected(() -> node.execute(this::closeQuietly), System.nanoTime());
+    }
+
+    /**
+     * A server endpoint disconnected: it leaves the node's accepted queue pairs.
+     *
+     * @return whether it had been recorded connected (the caller closes it; else accept's caller does)
+     */
+    boolean recordGone() {
+        AcceptedQueuePairs.Entry e = entry;
+        return e != null && e.gone();
+    }
+
+    @Override
+    public CompletableFuture<Void> destroyed() {
+        return destroy.destroyed();
+    }
+
+    @Override
+    public InetSocketAddress localAddress() {
+        try {
+            return getSrcAddr() instanceof InetSocketAddress a ? a : null;
+        } catch (IOException | RuntimeException e) {
+            return null;
+        }
     }
 
     /** Runs on DiSNI's completion thread; {@code wc} is reused by DiSNI, so only its fields are passed on. */
@@ -262,14 +309,29 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
         connecting.interrupt();
     }
 
-    /** Closes, never throwing; DiSNI waits at most a second for the disconnect. */
+    /**
+     * Closes, never throwing; DiSNI waits at most a second for the disconnect. A second caller waits for
+     * the first one's close (bounded). {@link #destroyed} completes when DiSNI's close returned; when it
+     * threw, the queue pair may be alive, and it never completes.
+     */
     @Override
     public void closeQuietly() {
+        if (!destroy.begin(CLOSE_WAIT_MS)) {
+            return; // another thread closed it, or is still at it after the bound
+        }
+        AcceptedQueuePairs.Entry e = entry;
+        if (e != null) {
+            e.gone();
+        }
         freeChains();
+        boolean ok = false;
         try {
             close();
-        } catch (Exception e) {
-            node.logClose(this, e);
+            ok = true;
+        } catch (Exception ex) {
+            node.logClose(this, ex);
+        } finally {
+            destroy.done(ok);
         }
     }
 }

@@ -6,8 +6,6 @@ import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.ArrayDeque;
-import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
@@ -62,8 +60,9 @@ public final class VerbsNode implements RdmaNode {
     private static final byte OP_HELLO = 1;
     private static final byte OP_DIAGNOSE = 2;
     private static final byte OP_ADMIT = 3;
-    /** Admissions one address may have pending; older ones are dropped past it. */
-    private static final int MAX_PENDING_ADMISSIONS = 64;
+    private static final byte OP_KEEPALIVE = 4;
+    /** In an admit message: the requester's device sends a proof in rdma_cm private data when given a nonce. */
+    private static final byte ADMIT_PROVES = 1;
 
     private final RdmaShuffleConf conf;
     private final ControlHandler userHandler;
@@ -95,10 +94,19 @@ public final class VerbsNode implements RdmaNode {
     private volatile boolean closed;
     /**
      * With authentication on: queue pairs announced over the authenticated control connection and not
-     * yet connected, per source address, each with its deadline (nanoTime); null with it off.
+     * yet connected (nonces for proofs, or source addresses); null with it off.
      */
-    private final Map<InetAddress, ArrayDeque<Long>> admissions;
+    private final QueuePairAdmissions admissions;
     private final boolean authenticated;
+    private final byte[] secret;
+    /** Queue pairs peers have connected (or are connecting) to this node: caps and liveness. */
+    private final AcceptedQueuePairs accepted;
+    /** Tags of the queue pairs this node's channels post on ({@link WorkRequestIds}); 0 is never one. */
+    private final AtomicInteger queuePairTags = new AtomicInteger();
+    private final LongAdder queuePairsReaped = new LongAdder();
+    private final Object refusalLogLock = new Object();
+    private final org.rdmashuffle.transport.RateLimitedLog capLog =
+            new org.rdmashuffle.transport.RateLimitedLog(LOG, 10_000);
     /** Whether the device is iWARP, whose READ sinks must be remote-writable. */
     private final boolean iwarp;
     /** The address this node's rdma_cm listens on, and its queue pairs connect from. */
@@ -114,8 +122,10 @@ public final class VerbsNode implements RdmaNode {
     VerbsNode(RdmaShuffleConf conf, NodeOptions options, VerbsApis.Choice choice) throws IOException {
         this.conf = conf;
         this.userHandler = options.controlHandler();
-        this.admissions = options.secret() == null ? null : new HashMap<>();
+        this.admissions = options.secret() == null ? null : new QueuePairAdmissions(options.secret());
         this.authenticated = options.secret() != null;
+        this.secret = options.secret() == null ? null : options.secret().clone();
+        this.accepted = new AcceptedQueuePairs(conf.maxConnections(), conf.maxConnectionsPerAddress());
         this.queuePairs = QueuePairParameters.of(conf);
         if (queuePairs.readDepth() < conf.verbsMaxQpReadAtoms()) {
             LOG.info("verbs: spark.shuffle.rdma.verbs.maxQpReadAtoms={} lowered to {}, the most rdma_cm carries",
@@ -155,7 +165,8 @@ public final class VerbsNode implements RdmaNode {
         }
         int port = control.localAddress().port();
         this.address = new NodeAddress(options.advertisedHost(), port, PROVIDER);
-        long tick = Math.max(10, Math.min(Math.min(1000, conf.requestTimeoutMs() / 4), conf.verbsStallCheckMs() / 2));
+        long tick = Math.max(10, Math.min(Math.min(Math.min(1000, conf.requestTimeoutMs() / 4),
+                conf.verbsStallCheckMs() / 2), conf.idleTimeoutMs() / 6));
         timer.scheduleWithFixedDelay(this::checkTimeouts, tick, tick, TimeUnit.MILLISECONDS);
         LOG.info("verbs node listening on {} ({} through {}, rdma_cm port {}, at most {} READs in flight per channel, "
                 + "completion queue {}, retry_count {}, rnr_retry_count {})", address, device, api, rdmaPort, credits,
@@ -203,9 +214,17 @@ public final class VerbsNode implements RdmaNode {
             case OP_HELLO:
                 return ByteBuffer.allocate(8).putInt(0, rdmaPort).putInt(4, queuePairs.readDepth());
             case OP_ADMIT: {
+                boolean proves = request.get() == ADMIT_PROVES;
                 byte[] ip = new byte[request.remaining()];
                 request.get(ip);
-                admit(InetAddress.getByAddress(ip));
+                byte[] nonce = admit(InetAddress.getByAddress(ip), proves);
+                return nonce == null ? null : ByteBuffer.wrap(nonce);
+            }
+            case OP_KEEPALIVE: {
+                int port = request.getShort() & 0xFFFF;
+                byte[] ip = new byte[request.remaining()];
+                request.get(ip);
+                accepted.touch(new InetSocketAddress(InetAddress.getByAddress(ip), port), System.nanoTime());
                 return null;
             }
             case OP_DIAGNOSE: {
@@ -251,8 +270,25 @@ public final class VerbsNode implements RdmaNode {
         }
     }
 
-    /** Asks {@code peer} what a READ of {@code len} bytes at {@code addr} under {@code rkey} would get. */
+    /** How a channel learns what a READ would get at its peer. */
+    interface Diagnosis {
+        int diagnose(NodeAddress peer, int rkey, long addr, int len) throws IOException;
+    }
+
+    private volatile Diagnosis diagnosis = this::askPeer;
+
+    /** Tests: how this node's channels diagnose READs from now on (a stand-in for the peer). */
+    void diagnoseWith(Diagnosis d) {
+        diagnosis = d;
+    }
+
+    /** What a READ of {@code len} bytes at {@code addr} under {@code rkey} would get at {@code peer}. */
     int diagnose(NodeAddress peer, int rkey, long addr, int len) throws IOException {
+        return diagnosis.diagnose(peer, rkey, addr, len);
+    }
+
+    /** Asks {@code peer} what a READ of {@code len} bytes at {@code addr} under {@code rkey} would get. */
+    private int askPeer(NodeAddress peer, int rkey, long addr, int len) throws IOException {
         ByteBuffer m = ByteBuffer.allocate(17).put(OP_DIAGNOSE).putInt(rkey).putLong(addr).putInt(len).flip();
         ByteBuffer reply = controlCall(peer, m);
         if (reply.remaining() != 1) {
@@ -334,63 +370,151 @@ public final class VerbsNode implements RdmaNode {
     /**
      * A connected client queue pair to {@code target}, {@code peer}'s rdma_cm listener. With
      * authentication on, the queue pair is first announced to the peer over the authenticated control
-     * connection (from this node's RDMA address), since rdma_cm's own connect request proves nothing.
+     * connection (from this node's RDMA address), since rdma_cm's own connect request proves nothing;
+     * where both devices carry rdma_cm private data the peer answers with a nonce, and the connect request
+     * carries the proof of the secret over it ({@link QueuePairAdmissions}).
      */
     QueuePair openEndpoint(NodeAddress peer, InetSocketAddress target, long timeoutMs) throws IOException {
-        ensureOpen();
-        if (authenticated) {
-            byte[] ip = rdmaAddress.getAddress();
-            controlCall(peer, ByteBuffer.allocate(1 + ip.length).put(OP_ADMIT).put(ip).flip());
-        }
-        return verbs.connect(target, timeoutMs);
-    }
-
-    /** Records one announced queue pair from {@code from}, valid for twice the connect timeout. */
-    private void admit(InetAddress from) {
-        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(2 * conf.connectTimeoutMs() + 5_000);
-        synchronized (admissions) {
-            if (admissions.size() >= 256) { // addresses whose announced queue pairs never came
-                long now = System.nanoTime();
-                admissions.values().removeIf(q -> q.isEmpty() || q.peekLast() - now <= 0);
-            }
-            ArrayDeque<Long> q = admissions.computeIfAbsent(from, a -> new ArrayDeque<>());
-            if (q.size() == MAX_PENDING_ADMISSIONS) {
-                q.pollFirst();
-            }
-            q.addLast(deadline);
-        }
+        byte[] privateData = announce(peer);
+        return verbs.connect(target, timeoutMs, privateData);
     }
 
     /**
-     * Whether a queue pair connecting from {@code from} may be accepted: always with authentication
-     * off; else only when an authenticated peer announced it (one announcement, one queue pair).
-     * Called before the queue pair is accepted, so a refused one never reaches RTR or RTS.
+     * With authentication on, announces one queue pair to {@code peer} over the authenticated control
+     * connection.
+     *
+     * @return what its connect request must carry (the proof over the peer's nonce), or null
      */
-    boolean mayAccept(InetAddress from) {
+    byte[] announce(NodeAddress peer) throws IOException {
+        ensureOpen();
         if (!authenticated) {
-            return true;
+            return null;
+        }
+        byte[] ip = rdmaAddress.getAddress();
+        ByteBuffer reply = controlCall(peer, ByteBuffer.allocate(2 + ip.length).put(OP_ADMIT)
+                .put(verbs.carriesProof() ? ADMIT_PROVES : 0).put(ip).flip());
+        if (reply == null || reply.remaining() != QueuePairAdmissions.NONCE_BYTES) {
+            return null;
+        }
+        byte[] nonce = new byte[QueuePairAdmissions.NONCE_BYTES];
+        reply.duplicate().get(nonce);
+        return QueuePairAdmissions.proof(secret, nonce, rdmaAddress);
+    }
+
+    /** A queue pair to {@code target} whose connect request carries {@code privateData} (tests: after {@link #announce}). */
+    QueuePair connectAnnounced(InetSocketAddress target, long timeoutMs, byte[] privateData) throws IOException {
+        ensureOpen();
+        return verbs.connect(target, timeoutMs, privateData);
+    }
+
+    /**
+     * Records one announced queue pair from {@code from}, valid for twice the connect timeout: a nonce when
+     * the requester proves and this node's device reads proofs, else an admission of the address.
+     *
+     * @return the nonce, or null
+     */
+    private byte[] admit(InetAddress from, boolean proves) {
+        long now = System.nanoTime();
+        long deadline = now + TimeUnit.MILLISECONDS.toNanos(2 * conf.connectTimeoutMs() + 5_000);
+        if (admissions == null) {
+            return null; // authentication is off here: every queue pair is admitted (within the caps)
+        }
+        if (proves && verbs.carriesProof()) {
+            byte[] nonce = admissions.issueNonce(from, deadline, now);
+            if (nonce == null) {
+                throw new IllegalStateException("too many queue pair admissions pending");
+            }
+            return nonce;
+        }
+        if (!admissions.admitAddress(from, deadline, now)) {
+            throw new IllegalStateException("too many queue pair admissions pending");
+        }
+        return null;
+    }
+
+    /**
+     * A peer asks for a queue pair from {@code from}, its connect request carrying {@code privateData}
+     * (null: none, or the device cannot tell): admitted when the caps leave room
+     * ({@code maxConnections}, {@code maxConnectionsPerAddress}) and, with authentication on, an
+     * authenticated peer announced it (with a valid proof where one was asked for). Called before the
+     * queue pair exists, so a refused one never reaches RTR or RTS. The device reports the admitted queue
+     * pair connected and gone through the returned entry; a refusal is counted and logged (bounded).
+     *
+     * @return the admitted queue pair's entry, or null when refused
+     */
+    AcceptedQueuePairs.Entry admitQueuePair(InetSocketAddress from, byte[] privateData) {
+        if (from == null || from.getAddress() == null) {
+            queuePairsRefused.increment();
+            return null;
         }
         long now = System.nanoTime();
-        synchronized (admissions) {
-            ArrayDeque<Long> q = admissions.get(from);
-            while (q != null && !q.isEmpty()) {
-                if (q.pollFirst() - now > 0) {
-                    if (q.isEmpty()) {
-                        admissions.remove(from);
-                    }
-                    return true;
-                }
-            }
-            admissions.remove(from);
+        InetAddress ip = from.getAddress();
+        AcceptedQueuePairs.Admission a = accepted.admit(from,
+                () -> !authenticated || admissions.admit(ip, privateData, now), now);
+        if (a.entry() != null) {
+            return a.entry();
         }
         queuePairsRefused.increment();
-        if (refusedFrom.size() < 1024 && refusedFrom.add(from)) { // bounded: sources can be spoofed
-            LOG.warn("verbs: refused a queue pair from {}: no peer announced it over an authenticated control "
-                    + "connection (spark.authenticate is on); later refusals from there are logged at DEBUG", from);
+        if (a.refusal() == AcceptedQueuePairs.Refusal.NOT_AUTHORISED) {
+            if (refusedFrom.size() < 1024 && refusedFrom.add(ip)) { // bounded: sources can be spoofed
+                LOG.warn("verbs: refused a queue pair from {}: {}; later refusals from there are logged at DEBUG", ip,
+                        a.refusal().why);
+            } else {
+                LOG.debug("verbs: refused a queue pair from {}: {}", ip, a.refusal().why);
+            }
         } else {
-            LOG.debug("verbs: refused a queue pair from {}: not announced", from);
+            synchronized (refusalLogLock) {
+                capLog.warn("verbs: refused a queue pair from {}: {} ({} held, {} from there)", ip, a.refusal().why,
+                        accepted.size(), accepted.from(ip));
+            }
         }
-        return false;
+        return null;
+    }
+
+    /** Queue pairs accepted now (connecting or connected), for tests and diagnosis. */
+    int acceptedQueuePairs() {
+        return accepted.size();
+    }
+
+    /** Accepted queue pairs closed because no keep-alive named them for spark.shuffle.rdma.idleTimeout. */
+    long queuePairsReaped() {
+        return queuePairsReaped.sum();
+    }
+
+    /** A fresh tag for a queue pair a channel starts posting on (never {@link WorkRequestIds#NO_TAG}). */
+    int nextQueuePairTag() {
+        for (;;) {
+            int t = queuePairTags.incrementAndGet();
+            if (t != WorkRequestIds.NO_TAG) {
+                return t;
+            }
+        }
+    }
+
+    /** See {@link VerbsDevice#afterCompletionsPolled}. */
+    void afterCompletionsPolled(Runnable r) {
+        verbs.afterCompletionsPolled(r);
+    }
+
+    /**
+     * Tells {@code peer} that the queue pair at {@code qp} (this node's end) is alive, off the caller's
+     * thread; {@code c} hears whether it answered.
+     */
+    void sendKeepAlive(VerbsChannel c, NodeAddress peer, InetSocketAddress qp) {
+        if (qp == null || qp.getAddress() == null) {
+            return;
+        }
+        byte[] ip = qp.getAddress().getAddress();
+        ByteBuffer m = ByteBuffer.allocate(3 + ip.length).put(OP_KEEPALIVE).putShort((short) qp.getPort()).put(ip)
+                .flip();
+        execute(() -> {
+            try {
+                controlCall(peer, m);
+                c.keepAliveAnswered(true, null);
+            } catch (IOException | RuntimeException e) {
+                c.keepAliveAnswered(false, e.getMessage());
+            }
+        });
     }
 
     /** The port this node's rdma_cm listens on. */
@@ -408,7 +532,7 @@ public final class VerbsNode implements RdmaNode {
         reconnects.increment();
     }
 
-    /** Queue pairs this node refused because no authenticated peer announced them. */
+    /** Queue pairs this node refused (past a cap, or no authenticated peer announced them). */
     long queuePairsRefused() {
         return queuePairsRefused.sum();
     }
@@ -554,8 +678,21 @@ public final class VerbsNode implements RdmaNode {
 
     private void checkTimeouts() {
         long now = System.nanoTime();
+        long idleNanos = TimeUnit.MILLISECONDS.toNanos(conf.idleTimeoutMs());
         for (VerbsChannel c : channels.all()) {
-            c.checkTimeouts(now);
+            try {
+                c.checkTimeouts(now, idleNanos / 3);
+            } catch (RuntimeException e) {
+                LOG.warn("verbs: checking the channel to {} failed", c.peer(), e); // the next channel is checked still
+            }
+        }
+        for (Runnable close : accepted.idle(now, idleNanos)) {
+            queuePairsReaped.increment();
+            synchronized (refusalLogLock) {
+                capLog.warn("verbs: closed a queue pair no keep-alive named for spark.shuffle.rdma.idleTimeout ({} ms): "
+                        + "its peer went away without a word", conf.idleTimeoutMs());
+            }
+            execute(close);
         }
     }
 

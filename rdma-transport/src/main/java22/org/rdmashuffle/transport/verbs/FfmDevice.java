@@ -70,8 +70,12 @@ final class FfmDevice implements VerbsDevice {
     /** Read side: a connect or registration in progress; write side: close, which frees what they use. */
     private final java.util.concurrent.locks.ReentrantReadWriteLock lifecycle =
             new java.util.concurrent.locks.ReentrantReadWriteLock();
-    /** Bumped per client queue pair: its tag in the top byte of every work request id it posts. */
-    private final java.util.concurrent.atomic.AtomicInteger tags = new java.util.concurrent.atomic.AtomicInteger();
+    /**
+     * Callbacks waiting for the completion queue to be polled past what it holds now
+     * ({@link #afterCompletionsPolled}); the completion thread's, but for adding.
+     */
+    private final java.util.concurrent.ConcurrentLinkedQueue<Runnable> barriers =
+            new java.util.concurrent.ConcurrentLinkedQueue<>();
     private long listenId;
     final long context;
     private final MemorySegment pd;
@@ -466,8 +470,14 @@ final class FfmDevice implements VerbsDevice {
     // ---- connections ----
 
     @Override
-    public QueuePair connect(InetSocketAddress target, long timeoutMs) throws IOException {
-        FfmQueuePair qp = new FfmQueuePair(this, false, (tags.incrementAndGet() & 0x7F) + 1);
+    public boolean carriesProof() {
+        return true;
+    }
+
+    @Override
+    public QueuePair connect(InetSocketAddress target, long timeoutMs, byte[] privateData) throws IOException {
+        FfmQueuePair qp = new FfmQueuePair(this, false, null);
+        qp.privateData(privateData);
         IOException failed = null;
         lifecycle.readLock().lock();
         try (Arena a = Arena.ofConfined()) {
@@ -506,12 +516,16 @@ final class FfmDevice implements VerbsDevice {
         byQpNum.put(qpNum, qp);
     }
 
-    /** Destroys an id (disconnecting and destroying its queue pair first), under the cm lock. */
-    void destroyId(long id, boolean disconnect, boolean destroyQp) {
+    /**
+     * Destroys an id (disconnecting and destroying its queue pair first), under the cm lock.
+     *
+     * @return whether it was destroyed (false: a native call failed, or close() left native resources alone)
+     */
+    boolean destroyId(long id, boolean disconnect, boolean destroyQp) {
         cmLock.lock();
         try {
             if (released) {
-                return; // close() gave up on a thread that did not stop: everything native is left alone
+                return false; // close() gave up on a thread that did not stop: everything native is left alone
             }
             call(() -> {
                 if (disconnect) {
@@ -522,8 +536,10 @@ final class FfmDevice implements VerbsDevice {
                 }
                 int r = (int) core.destroyId.invokeExact(RdmaCore.at(id));
             });
+            return true;
         } catch (RuntimeException e) {
-            LOG.debug("verbs: destroying an rdma_cm id failed", e);
+            LOG.warn("verbs: destroying an rdma_cm id failed; the buffers of its READs are kept", e);
+            return false;
         } finally {
             cmLock.unlock();
         }
@@ -558,7 +574,13 @@ final class FfmDevice implements VerbsDevice {
         }
     }
 
+    /** On the cm thread: an accepted queue pair is connected (unless it went away before). */
     void acceptedEstablished(FfmQueuePair qp) {
+        AcceptedQueuePairs.Entry e = qp.entry();
+        if (e != null && !e.connected(() -> node.execute(qp::closeQuietly), System.nanoTime())) {
+            node.execute(qp::closeQuietly);
+            return;
+        }
         accepted.add(qp);
         node.acceptedQueuePair();
     }
@@ -613,19 +635,32 @@ final class FfmDevice implements VerbsDevice {
             long id = getLong(ev + RdmaCore.EV_ID);
             int type = getInt(ev + RdmaCore.EV_EVENT);
             int status = getInt(ev + RdmaCore.EV_STATUS);
+            byte[] privateData = type == RdmaCore.EV_CONNECT_REQUEST ? privateData(ev) : null; // gone once acked
             int ignored = (int) core.ackCmEvent.invokeExact(RdmaCore.at(ev));
-            onCmEvent(id, type, status);
+            if (type == RdmaCore.EV_CONNECT_REQUEST) {
+                onConnectRequest(id, privateData);
+            } else {
+                onCmEvent(id, type, status);
+            }
             return true;
         } finally {
             cmLock.unlock();
         }
     }
 
-    private void onCmEvent(long id, int type, int status) {
-        if (type == RdmaCore.EV_CONNECT_REQUEST) {
-            onConnectRequest(id);
-            return;
+    /** What a connect request event carries in param.conn (at most a proof's worth; null when none). */
+    private static byte[] privateData(long ev) {
+        long p = getLong(ev + RdmaCore.EV_PRIVATE_DATA);
+        int len = RdmaCore.MEM.get(JAVA_BYTE, ev + RdmaCore.EV_PRIVATE_DATA_LEN) & 0xFF;
+        if (p == 0 || len == 0) {
+            return null;
         }
+        byte[] d = new byte[Math.min(len, QueuePairAdmissions.PROOF_BYTES)];
+        MemorySegment.copy(RdmaCore.MEM, JAVA_BYTE, p, d, 0, d.length);
+        return d;
+    }
+
+    private void onCmEvent(long id, int type, int status) {
         FfmQueuePair qp = byId.get(id);
         if (qp != null) {
             qp.onCmEvent(type, status);
@@ -633,11 +668,13 @@ final class FfmDevice implements VerbsDevice {
     }
 
     /**
-     * A peer asks to connect: admitted ({@link VerbsNode#mayAccept}) queue pairs are created and
-     * accepted; others are rejected before any queue pair exists.
+     * A peer asks to connect: admitted queue pairs ({@link VerbsNode#admitQueuePair}: the caps, and with
+     * authentication on the proof its request carries) are created and accepted; others are rejected
+     * before any queue pair exists.
      */
-    private void onConnectRequest(long id) {
+    private void onConnectRequest(long id, byte[] privateData) {
         InetSocketAddress from = readSockaddr(id + RdmaCore.ID_DST_ADDR);
+        AcceptedQueuePairs.Entry entry = null;
         synchronized (listenerLock) {
             boolean flooded = pendingAccepts() >= MAX_PENDING_ACCEPTS;
             if (flooded && refusedFloods++ % 1000 == 0) {
@@ -645,7 +682,10 @@ final class FfmDevice implements VerbsDevice {
                         + "(from {}, {} so far) until they connect or time out", MAX_PENDING_ACCEPTS, name, from,
                         refusedFloods);
             }
-            if (flooded || !accepting || from == null || !node.mayAccept(from.getAddress())) {
+            if (!flooded && accepting) {
+                entry = node.admitQueuePair(from, privateData);
+            }
+            if (entry == null) {
                 call(() -> {
                     int r = (int) core.reject.invokeExact(RdmaCore.at(id), MemorySegment.NULL, (byte) 0);
                     r = (int) core.destroyId.invokeExact(RdmaCore.at(id));
@@ -653,7 +693,7 @@ final class FfmDevice implements VerbsDevice {
                 return;
             }
         }
-        FfmQueuePair qp = new FfmQueuePair(this, true, 0);
+        FfmQueuePair qp = new FfmQueuePair(this, true, entry);
         qp.start(id);
         byId.put(id, qp);
         try {
@@ -677,8 +717,14 @@ final class FfmDevice implements VerbsDevice {
         MemorySegment cqOut = arena.allocate(ADDRESS);
         MemorySegment ctxOut = arena.allocate(ADDRESS);
         int unacked = 0;
+        java.util.ArrayList<Runnable> due = new java.util.ArrayList<>();
         try {
             while (!closed) {
+                if (!barriers.isEmpty()) { // failures only: the READ path finds the queue empty
+                    for (Runnable r; (r = barriers.poll()) != null;) {
+                        due.add(r);
+                    }
+                }
                 int n = (int) core.pollCq.invokeExact(pollCqFn, cq, WC_BATCH, wcs);
                 if (n < 0) {
                     node.deviceFailed("ibv_poll_cq failed (" + n + ")");
@@ -686,9 +732,12 @@ final class FfmDevice implements VerbsDevice {
                 }
                 if (n > 0) {
                     dispatch(wcs, n);
-                    if (n == WC_BATCH) {
-                        continue;
-                    }
+                }
+                if (n < WC_BATCH && !due.isEmpty()) {
+                    runBarriers(due); // polled past everything queued before they were added
+                }
+                if (n == WC_BATCH) {
+                    continue;
                 }
                 if (closed) {
                     break;
@@ -718,12 +767,39 @@ final class FfmDevice implements VerbsDevice {
             LOG.error("verbs: the completion thread failed", t);
             node.deviceFailed("the completion thread failed: " + t);
         } finally {
+            for (Runnable r; (r = barriers.poll()) != null;) {
+                due.add(r);
+            }
+            runBarriers(due); // nothing polls any more
             if (unacked > 0) {
                 int u = unacked;
                 call(() -> {
                     core.ackCqEvents.invokeExact(cq, u);
                 });
             }
+        }
+    }
+
+    private static void runBarriers(java.util.ArrayList<Runnable> due) {
+        for (Runnable r : due) {
+            try {
+                r.run();
+            } catch (RuntimeException e) {
+                LOG.error("verbs: a completion-queue barrier failed", e);
+            }
+        }
+        due.clear();
+    }
+
+    @Override
+    public void afterCompletionsPolled(Runnable r) {
+        if (closed) {
+            r.run(); // no thread polls any more
+            return;
+        }
+        barriers.add(r);
+        if (closed && barriers.remove(r)) {
+            r.run();
         }
     }
 
@@ -734,12 +810,12 @@ final class FfmDevice implements VerbsDevice {
             int status = wcs.get(JAVA_INT, base + RdmaCore.WC_STATUS);
             int qpNum = wcs.get(JAVA_INT, base + RdmaCore.WC_QP_NUM);
             FfmQueuePair qp = byQpNum.get(qpNum);
-            // A destroyed queue pair's completion may still be queued when its number is reused: the tag
-            // its posts carry in the top byte tells them apart.
-            VerbsChannel c = qp == null || (int) (wrId >>> 56) != qp.tag() ? null : qp.channel();
+            // A destroyed queue pair's completion may still be queued when its number is reused: the channel
+            // tells them apart by the queue pair's tag in the id (WorkRequestIds).
+            VerbsChannel c = qp == null ? null : qp.channel();
             if (c != null) {
                 try {
-                    c.onCompletion(qp, wrId & 0x00FF_FFFF_FFFF_FFFFL, status);
+                    c.onCompletion(qp, wrId, status);
                 } catch (RuntimeException e) {
                     LOG.error("verbs: handling a completion failed", e);
                 }

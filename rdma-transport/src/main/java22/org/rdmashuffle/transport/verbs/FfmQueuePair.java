@@ -1,7 +1,8 @@
 package org.rdmashuffle.transport.verbs;
 
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_BYTE;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
-import static java.lang.foreign.ValueLayout.JAVA_LONG;
 import static org.rdmashuffle.transport.verbs.RdmaCore.getInt;
 import static org.rdmashuffle.transport.verbs.RdmaCore.getLong;
 import static org.rdmashuffle.transport.verbs.RdmaCore.state;
@@ -25,13 +26,19 @@ import java.util.concurrent.TimeoutException;
  * device's cm lock and this object's monitor (in that order); every native call on its id holds this
  * monitor, none is made once closed, and the id and queue pair are destroyed under the cm lock alone,
  * so that no event of theirs is being reported or handled meanwhile.
+ *
+ * <p>Closing is done once, by the first caller; a second caller waits (bounded) until it is done, and
+ * {@link #destroyed()} completes when the queue pair and its id are destroyed: only then can no READ
+ * posted on it land any more.
  */
 final class FfmQueuePair implements QueuePair {
     private final FfmDevice device;
     private final RdmaCore core;
     private final boolean serverSide;
-    private final int tag;
+    /** An accepted queue pair's place among the node's (caps, liveness); null for a client one. */
+    private final AcceptedQueuePairs.Entry entry;
     private final CompletableFuture<Void> connected = new CompletableFuture<>();
+    private final DestroyOnce destroy = new DestroyOnce();
     private volatile VerbsChannel channel;
     // Guarded by this.
     private long id;
@@ -41,23 +48,39 @@ final class FfmQueuePair implements QueuePair {
     private boolean closed;
     private boolean acceptAborted;
     private int resolveTimeoutMs;
+    /** What a client's connect request carries (its proof of the secret), or null. */
+    private byte[] privateData;
+    /** A client's own rdma_cm address once connected. */
+    private volatile InetSocketAddress local;
     // The work request list: guarded by postLock.
     private final Object postLock = new Object();
     private ReadWorkRequests requests;
 
-    /**
-     * @param tag 1..128 for a client queue pair: the top byte of the ids of the work requests it posts,
-     *            which tells its completions from those of a destroyed queue pair whose number it reuses
-     */
-    FfmQueuePair(FfmDevice device, boolean serverSide, int tag) {
+    /** @param entry for an accepted queue pair, its admission ({@link VerbsNode#admitQueuePair}); else null */
+    FfmQueuePair(FfmDevice device, boolean serverSide, AcceptedQueuePairs.Entry entry) {
         this.device = device;
         this.core = device.core;
         this.serverSide = serverSide;
-        this.tag = tag;
+        this.entry = entry;
     }
 
-    int tag() {
-        return tag;
+    AcceptedQueuePairs.Entry entry() {
+        return entry;
+    }
+
+    /** What the connect request is to carry (a client's proof of the secret). Before {@link #resolve}. */
+    synchronized void privateData(byte[] data) {
+        this.privateData = data == null ? null : data.clone();
+    }
+
+    @Override
+    public CompletableFuture<Void> destroyed() {
+        return destroy.destroyed();
+    }
+
+    @Override
+    public InetSocketAddress localAddress() {
+        return local;
     }
 
     boolean serverSide() {
@@ -144,7 +167,7 @@ final class FfmQueuePair implements QueuePair {
         qpNum = getInt(qp + RdmaCore.QP_QP_NUM);
         if (!serverSide) {
             synchronized (postLock) {
-                requests = new ReadWorkRequests(core, RdmaCore.at(qp), device.postSendFn, maxSendWr, tag);
+                requests = new ReadWorkRequests(core, RdmaCore.at(qp), device.postSendFn, maxSendWr);
             }
             device.completionsFor(qpNum, this);
         }
@@ -186,7 +209,7 @@ final class FfmQueuePair implements QueuePair {
                     }
                     case RdmaCore.EV_ROUTE_RESOLVED: {
                         createQp(device.credits);
-                        int rc = (int) core.connect.invokeExact(state(), RdmaCore.at(id), device.connParam);
+                        int rc = connectWithPrivateData();
                         if (rc != 0) {
                             connectFailed("rdma_connect: " + core.lastError());
                         }
@@ -194,6 +217,7 @@ final class FfmQueuePair implements QueuePair {
                     }
                     case RdmaCore.EV_ESTABLISHED:
                         established = true;
+                        local = FfmDevice.readSockaddr(id + RdmaCore.ID_SRC_ADDR);
                         connected.complete(null);
                         break;
                     case RdmaCore.EV_DISCONNECTED:
@@ -222,6 +246,25 @@ final class FfmQueuePair implements QueuePair {
         }
         if (disconnected) {
             device.node.queuePairDisconnected(this);
+        }
+    }
+
+    /**
+     * rdma_connect with the device's parameters, and this queue pair's private data when it has some
+     * (librdmacm copies it into the request before returning). this held, on the cm thread.
+     */
+    private int connectWithPrivateData() throws Throwable {
+        if (privateData == null) {
+            return (int) core.connect.invokeExact(state(), RdmaCore.at(id), device.connParam);
+        }
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment cp = a.allocate(RdmaCore.CP_SIZE, 8);
+            cp.copyFrom(device.connParam);
+            MemorySegment pd = a.allocate(privateData.length, 8);
+            pd.copyFrom(MemorySegment.ofArray(privateData));
+            cp.set(ADDRESS, RdmaCore.CP_PRIVATE_DATA, pd);
+            cp.set(JAVA_BYTE, RdmaCore.CP_PRIVATE_DATA_LEN, (byte) privateData.length);
+            return (int) core.connect.invokeExact(state(), RdmaCore.at(id), cp);
         }
     }
 
@@ -282,14 +325,14 @@ final class FfmQueuePair implements QueuePair {
 
     @Override
     public void closeQuietly() {
+        if (!destroy.begin(CLOSE_WAIT_MS)) {
+            return; // another thread destroyed it, or is still at it after the bound (destroyed() tells)
+        }
         long cmId;
         int num;
         boolean disconnect;
         boolean destroyQp;
         synchronized (this) {
-            if (closed) {
-                return;
-            }
             closed = true;
             cmId = id;
             num = qpNum;
@@ -303,11 +346,17 @@ final class FfmQueuePair implements QueuePair {
                 }
             }
         }
-        device.forget(this, cmId, num);
-        if (cmId != 0) {
+        boolean done = false;
+        try {
+            if (entry != null) {
+                entry.gone();
+            }
+            device.forget(this, cmId, num);
             // Under the device's cm lock: librdmacm itself moves a queue pair's state while it reports an
             // event (connect response, reject), and that must not meet the queue pair being destroyed.
-            device.destroyId(cmId, disconnect, destroyQp);
+            done = cmId == 0 || device.destroyId(cmId, disconnect, destroyQp);
+        } finally {
+            destroy.done(done);
         }
     }
 

@@ -80,8 +80,13 @@ final class RdmaCore {
     static final long EV_LISTEN_ID = 8;
     static final long EV_EVENT = 16;
     static final long EV_STATUS = 20;
+    /** param.conn.private_data and .private_data_len of a connect request (valid until the event is acked). */
+    static final long EV_PRIVATE_DATA = 24;
+    static final long EV_PRIVATE_DATA_LEN = 32;
     // struct rdma_conn_param (24 bytes)
     static final long CP_SIZE = 24;
+    static final long CP_PRIVATE_DATA = 0;
+    static final long CP_PRIVATE_DATA_LEN = 8;
     static final long CP_RESPONDER_RESOURCES = 9;
     static final long CP_INITIATOR_DEPTH = 10;
     static final long CP_RETRY_COUNT = 12;

@@ -25,22 +25,19 @@ final class ReadWorkRequests implements AutoCloseable {
     private final MemorySegment qp;
     private final MemorySegment postSend;
     private final int capacity;
-    /** The queue pair's tag, in the top byte of every work request id (the channel's ids leave it 0). */
-    private final long tagBits;
 
     /**
      * @param qp       the {@code struct ibv_qp} posted to
      * @param postSend its context's {@code ops.post_send}
      * @param capacity the most READs one post takes (the send queue's depth)
-     * @param tag      0..255, put in the top byte of every work request id
      */
-    ReadWorkRequests(RdmaCore core, MemorySegment qp, MemorySegment postSend, int capacity, int tag) {
-        this(core, core.postSend, qp, postSend, capacity, tag);
+    ReadWorkRequests(RdmaCore core, MemorySegment qp, MemorySegment postSend, int capacity) {
+        this(core, core.postSend, qp, postSend, capacity);
     }
 
     /** With {@code postSendHandle} as the downcall (tests: one that allows an upcall as the driver). */
     ReadWorkRequests(RdmaCore core, MethodHandle postSendHandle, MemorySegment qp, MemorySegment postSend,
-                     int capacity, int tag) {
+                     int capacity) {
         if (capacity < 1) {
             throw new IllegalArgumentException("capacity " + capacity);
         }
@@ -49,7 +46,6 @@ final class ReadWorkRequests implements AutoCloseable {
         this.qp = qp;
         this.postSend = postSend;
         this.capacity = capacity;
-        this.tagBits = (long) tag << 56;
         wrs = arena.allocate(RdmaCore.WR_SIZE * capacity, 8);
         sges = arena.allocate(RdmaCore.SGE_SIZE * capacity, 8);
         badWr = arena.allocate(8, 8);
@@ -85,7 +81,7 @@ final class ReadWorkRequests implements AutoCloseable {
         MemorySegment s = sges;
         for (int j = 0; j < k; j++) {
             long b = j * RdmaCore.WR_SIZE;
-            w.set(JAVA_LONG, b + RdmaCore.WR_WR_ID, chain.wrId[j] | tagBits);
+            w.set(JAVA_LONG, b + RdmaCore.WR_WR_ID, chain.wrId[j]); // the queue pair's tag and the slot (WorkRequestIds)
             w.set(JAVA_LONG, b + RdmaCore.WR_RDMA_REMOTE_ADDR, chain.remote[j]);
             w.set(JAVA_INT, b + RdmaCore.WR_RDMA_RKEY, chain.rkey[j]);
             w.set(JAVA_INT, b + RdmaCore.WR_SEND_FLAGS, chain.signaled[j] ? RdmaCore.IBV_SEND_SIGNALED : 0);

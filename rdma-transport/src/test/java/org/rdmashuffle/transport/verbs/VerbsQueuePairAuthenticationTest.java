@@ -91,6 +91,24 @@ class VerbsQueuePairAuthenticationTest {
 
     @Test
     @Timeout(300)
+    void shouldRefuseARacerFromTheAnnouncedAddressWithoutAProofWhenTheDeviceCarriesPrivateData() throws Exception {
+        needsAnRdmaDevice();
+        try (VerbsNode victim = node(SECRET); VerbsNode reader = node(SECRET); VerbsNode racer = node(null)) {
+            Assumptions.assumeTrue(reader.api().startsWith("java.lang.foreign"),
+                    "only java.lang.foreign carries a proof in rdma_cm private data (DiSNI admits by address)");
+            InetSocketAddress target = new InetSocketAddress(HOST, victim.rdmaPort());
+            byte[] proof = reader.announce(victim.localAddress()); // the honest peer's announcement
+            // Another process on the same host races it with the same source address, and no proof:
+            IOException e = assertThrows(IOException.class,
+                    () -> racer.openEndpoint(victim.localAddress(), target, 5_000).closeQuietly());
+            assertTrue(e.getMessage().contains("rdma_cm connect"), e.getMessage());
+            reader.connectAnnounced(target, 5_000, proof).closeQuietly(); // the honest peer still gets its own
+            assertEquals(1, victim.queuePairsRefused());
+        }
+    }
+
+    @Test
+    @Timeout(300)
     void shouldAcceptAnyQueuePairWhenAuthenticationIsOff() throws Exception {
         needsAnRdmaDevice();
         try (VerbsNode open = node(null); VerbsNode other = node(null)) {

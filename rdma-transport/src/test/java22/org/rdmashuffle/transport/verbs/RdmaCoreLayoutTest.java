@@ -68,7 +68,11 @@ class RdmaCoreLayoutTest {
         m.put("offsetof(struct rdma_cm_event, listen_id)", RdmaCore.EV_LISTEN_ID);
         m.put("offsetof(struct rdma_cm_event, event)", RdmaCore.EV_EVENT);
         m.put("offsetof(struct rdma_cm_event, status)", RdmaCore.EV_STATUS);
+        m.put("offsetof(struct rdma_cm_event, param.conn.private_data)", RdmaCore.EV_PRIVATE_DATA);
+        m.put("offsetof(struct rdma_cm_event, param.conn.private_data_len)", RdmaCore.EV_PRIVATE_DATA_LEN);
         m.put("sizeof(struct rdma_conn_param)", RdmaCore.CP_SIZE);
+        m.put("offsetof(struct rdma_conn_param, private_data)", RdmaCore.CP_PRIVATE_DATA);
+        m.put("offsetof(struct rdma_conn_param, private_data_len)", RdmaCore.CP_PRIVATE_DATA_LEN);
         m.put("offsetof(struct rdma_conn_param, responder_resources)", RdmaCore.CP_RESPONDER_RESOURCES);
         m.put("offsetof(struct rdma_conn_param, initiator_depth)", RdmaCore.CP_INITIATOR_DEPTH);
         m.put("offsetof(struct rdma_conn_param, retry_count)", RdmaCore.CP_RETRY_COUNT);

@@ -89,7 +89,7 @@ class ReadWorkRequestsTest {
     @Test
     void shouldHandTheDriverExactlyTheFirstKReadsOfTheChainWithTheirSignalFlagsThenRelinkTheList() throws Exception {
         try (Arena arena = Arena.ofConfined();
-             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 8, 0)) {
+             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 8)) {
             POSTED.clear();
             driverResult = 0;
             wrs.post(chain(8, 1), 3);
@@ -118,17 +118,21 @@ class ReadWorkRequestsTest {
     }
 
     @Test
-    void shouldCarryTheQueuePairsTagInTheTopByteOfEveryWorkRequestId() throws Exception {
+    void shouldHandTheDriverTheChannelsWorkRequestIdsWholeTagAndSlot() throws Exception {
         try (Arena arena = Arena.ofConfined();
-             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4, 0x5A)) {
+             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4)) {
             POSTED.clear();
             driverResult = 0;
             ReadChain c = chain(4, 9);
+            int[] tags = {1, 0x7FFF_FFFF, 0x8000_0000, -1};
+            for (int j = 0; j < 4; j++) {
+                c.wrId[j] = WorkRequestIds.of(tags[j], j);
+            }
             wrs.post(c, 4);
             for (int j = 0; j < 4; j++) {
                 long seen = POSTED.get(0).get(j)[0];
-                assertEquals(0x5A, seen >>> 56, "tag");
-                assertEquals(c.wrId[j], seen & 0x00FF_FFFF_FFFF_FFFFL, "the channel's id under the tag");
+                assertEquals(tags[j], WorkRequestIds.tag(seen), "tag");
+                assertEquals(j, WorkRequestIds.slot(seen), "slot");
             }
         }
     }
@@ -136,7 +140,7 @@ class ReadWorkRequestsTest {
     @Test
     void shouldFailThePostNamingTheDriversErrnoWhenPostSendRefusesIt() throws Exception {
         try (Arena arena = Arena.ofConfined();
-             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4, 0)) {
+             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4)) {
             driverResult = 12; // ENOMEM: the send queue is full
             IOException e = assertThrows(IOException.class, () -> wrs.post(chain(4, 1), 2));
             assertTrue(e.getMessage().contains("errno 12"), e.getMessage());
@@ -150,7 +154,7 @@ class ReadWorkRequestsTest {
     @Test
     void shouldRefuseMoreReadsThanTheSendQueueHolds() throws Exception {
         try (Arena arena = Arena.ofConfined();
-             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4, 0)) {
+             ReadWorkRequests wrs = new ReadWorkRequests(core, UPCALLABLE, arena.allocate(64), fakeDriver(arena), 4)) {
             IOException e = assertThrows(IOException.class, () -> wrs.post(chain(8, 1), 5));
             assertTrue(e.getMessage().contains("send queue holds 4"), e.getMessage());
         }
@@ -162,7 +166,7 @@ class ReadWorkRequestsTest {
         var threads = (com.sun.management.ThreadMXBean) ManagementFactory.getThreadMXBean();
         long self = Thread.currentThread().threadId();
         try (Arena arena = Arena.ofConfined();
-             ReadWorkRequests wrs = new ReadWorkRequests(core, arena.allocate(64), noop, 16, 0)) {
+             ReadWorkRequests wrs = new ReadWorkRequests(core, arena.allocate(64), noop, 16)) {
             ReadChain c = chain(16, 7);
             for (int i = 0; i < 50_000; i++) { // until the JIT has compiled the post path
                 wrs.post(c, 1 + (i & 15));
