@@ -300,7 +300,11 @@ final class TcpResponder implements Runnable {
                 LOG.debug("remote address of an accepted connection", e);
             }
             Source src = from == null ? null : sources.get(from);
-            if (src != null && src.connections >= limits.maxConnectionsPerAddress() && !evictOldestDraining(src)) {
+            // At its address's cap: a connection draining after an error reply goes first, then the address's
+            // oldest connection still in its handshake past the grace period — so silent sockets of someone
+            // without the secret on an honest peer's host cannot lock that host out.
+            if (src != null && src.connections >= limits.maxConnectionsPerAddress() && !evictOldestDraining(src)
+                    && !evictOldestHandshaking(src)) {
                 connectionsRefusedPerAddress++;
                 refuseBusy(ch, src);
                 continue;
@@ -410,6 +414,34 @@ final class TcpResponder implements Runnable {
                     limits.maxHandshaking(), victimWeight);
             victim.abort();
         }
+    }
+
+    /**
+     * Resets the connection of {@code src}'s address that has been in its handshake longest, if longer than
+     * the grace period; true if there was one. An honest peer finishes its handshake in a round trip or two,
+     * so what is left past the grace is silent or slow on purpose.
+     */
+    private boolean evictOldestHandshaking(Source src) {
+        if (src.handshaking == 0) {
+            return false;
+        }
+        long now = System.nanoTime();
+        Connection oldest = null;
+        for (int i = 0; i < connections.size(); i++) {
+            Connection c = connections.get(i);
+            if (c.inHandshake && c.source == src && now - c.acceptedNanos > HANDSHAKE_GRACE_NANOS
+                    && (oldest == null || c.acceptedNanos - oldest.acceptedNanos < 0)) {
+                oldest = c;
+            }
+        }
+        if (oldest == null) {
+            return false;
+        }
+        connectionsClosedByLimit++;
+        limitLog.warn("closing connection from {}: still in its handshake when its address reached "
+                + "spark.shuffle.rdma.maxConnectionsPerAddress={}", oldest.remote, limits.maxConnectionsPerAddress());
+        oldest.abort();
+        return true;
     }
 
     /** Resets the connection that has drained longest (of {@code only}'s address, when given); true if there was one. */

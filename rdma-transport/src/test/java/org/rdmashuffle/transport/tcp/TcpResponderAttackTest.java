@@ -144,6 +144,41 @@ class TcpResponderAttackTest {
 
     @Test
     @Timeout(120)
+    void shouldServeAnHonestPeerWhenAProcessWithoutTheSecretOnItsOwnHostHoldsTheAddresssCapInSilentSockets()
+            throws Exception {
+        // Found by the review of issue 24: another process on the honest peer's own host (the same source
+        // address), without the secret, fills that address's cap with sockets that never say HELLO. At the cap
+        // the address's oldest handshake past the grace period is reset, so the honest peer still gets in.
+        RdmaShuffleConf conf = conf();
+        ByteBuffer content = TcpAttacks.content(24, REGION_BYTES);
+        NodeOptions auth = NodeOptions.loopback().withSecret(SECRET);
+        InetAddress sameHost = InetAddress.getByName("127.0.0.1");
+        try (TcpNode server = new TcpNode(conf, auth)) {
+            MemoryRegion a = server.register(content, RegionAccess.REMOTE_READ);
+            java.util.List<java.net.Socket> silent = new java.util.ArrayList<>();
+            try {
+                for (int i = 0; i < conf.maxConnectionsPerAddress(); i++) {
+                    silent.add(TcpAttacks.open(target(server), sameHost, 5000));
+                }
+                await(() -> server.servedConnections() == conf.maxConnectionsPerAddress(), 10,
+                        "the silent sockets are all accepted");
+                Thread.sleep(300); // past the grace period a young handshake is spared for
+                TcpAttacks.HonestResult r = TcpAttacks.honestRead(honestConf(), auth, server.localAddress(),
+                        a.descriptor(), content, 7, 1 << 20, 2, 20_000);
+                assertTrue(r.connectMs() < 3000, "the honest peer needed more than one connect attempt: " + r);
+                assertTrue(server.servedConnections() <= conf.maxConnectionsPerAddress(),
+                        "the address holds more than its cap: " + server.servedConnections());
+            } finally {
+                for (java.net.Socket s : silent) {
+                    s.close();
+                }
+            }
+            assertEquals(null, server.failure());
+        }
+    }
+
+    @Test
+    @Timeout(120)
     void shouldServeAnHonestPeerAndResetRefusedSendersWhenRefusedConnectionsKeepSending() throws Exception {
         // Item 9: 4 senders on 2 other addresses get their HELLO refused, then send as fast as they can
         // (and connect again when reset); a fifth trickles a byte every 50 ms after its refusal.
