@@ -16,6 +16,21 @@ import java.util.concurrent.atomic.AtomicBoolean;
 final class DestroyOnce {
     private final AtomicBoolean started = new AtomicBoolean();
     private final CompletableFuture<Void> destroyed = new CompletableFuture<>();
+    /** Told when a destroy failed; null for none. */
+    private final java.util.function.Consumer<String> onFailure;
+
+    DestroyOnce() {
+        this(null);
+    }
+
+    /**
+     * @param onFailure told, with a reason, when the destroy failed: the queue pair may be alive and its READs'
+     *     buffers are kept for good, so its node should stop (its executor then reads through the engine's
+     *     own path rather than blaming peers for READs that never complete)
+     */
+    DestroyOnce(java.util.function.Consumer<String> onFailure) {
+        this.onFailure = onFailure;
+    }
 
     /**
      * @return true for the first caller, who must destroy the queue pair and call {@link #done}; false for
@@ -45,6 +60,8 @@ final class DestroyOnce {
     void done(boolean ok) {
         if (ok) {
             destroyed.complete(null);
+        } else if (onFailure != null) {
+            onFailure.accept("a queue pair could not be destroyed: the READs posted on it keep their buffers");
         }
     }
 

@@ -50,7 +50,7 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
     private boolean acceptAborted;
     /** A server endpoint's admission ({@link VerbsNode#admitQueuePair}), from its init hook on. */
     private volatile AcceptedQueuePairs.Entry entry;
-    private final DestroyOnce destroy = new DestroyOnce();
+    private final DestroyOnce destroy;
 
     VerbsEndpoint(VerbsNode node, DisniDevice device, RdmaActiveEndpointGroup<VerbsEndpoint> group, RdmaCmId id,
                   boolean serverSide) throws IOException {
@@ -58,6 +58,7 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
         this.node = node;
         this.device = device;
         this.serverSide = serverSide;
+        this.destroy = new DestroyOnce(node::deviceFailed);
     }
 
     @Override

@@ -38,7 +38,7 @@ final class FfmQueuePair implements QueuePair {
     /** An accepted queue pair's place among the node's (caps, liveness); null for a client one. */
     private final AcceptedQueuePairs.Entry entry;
     private final CompletableFuture<Void> connected = new CompletableFuture<>();
-    private final DestroyOnce destroy = new DestroyOnce();
+    private final DestroyOnce destroy;
     private volatile VerbsChannel channel;
     // Guarded by this.
     private long id;
@@ -62,6 +62,7 @@ final class FfmQueuePair implements QueuePair {
         this.core = device.core;
         this.serverSide = serverSide;
         this.entry = entry;
+        this.destroy = new DestroyOnce(device.node::deviceFailed);
     }
 
     AcceptedQueuePairs.Entry entry() {

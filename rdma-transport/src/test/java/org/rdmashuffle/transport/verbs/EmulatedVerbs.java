@@ -76,6 +76,8 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
     volatile long landingDelayMs;
     /** How long a destroy takes to reach the device; READs keep landing meanwhile. */
     volatile long destroyDelayMs;
+    /** Whether destroying a queue pair fails (it may be alive: nothing it holds goes back). */
+    volatile boolean destroyFails;
     /** Whether a second closeQuietly waits for the first one's destroy. */
     volatile boolean closeWaits = true;
     /** Whether connect requests carry private data to the listener (java.lang.foreign: yes; DiSNI: no). */
@@ -427,7 +429,7 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
         private final int number;
         private volatile VerbsChannel channel;
         private volatile ServerQp server;
-        private final DestroyOnce destroy = new DestroyOnce();
+        private final DestroyOnce destroy;
         // Guarded by this.
         private boolean destroyed;
         private boolean error;
@@ -438,6 +440,7 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
             this.device = device;
             this.peer = peer;
             this.local = local;
+            this.destroy = new DestroyOnce(device.node::deviceFailed);
             this.number = allocateQpNumber();
             device.byNumber.put(number, this);
         }
@@ -573,6 +576,10 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
                 }
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
+            }
+            if (destroyFails) {
+                destroy.done(false);
+                return;
             }
             synchronized (this) { // waits for a READ being copied
                 destroyed = true;

@@ -1,6 +1,7 @@
 package org.rdmashuffle.transport.verbs;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -166,6 +167,29 @@ class VerbsReadLandingTest {
             assertTrue(done.await(20, TimeUnit.SECONDS), "the stalled READ completes through a later stall check ("
                     + asked.get() + " diagnoses asked)");
             assertEquals(ReadStatus.UNKNOWN_KEY, status[0]);
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldStopTheNodeAndKeepTheBuffersWhenAQueuePairCannotBeDestroyed() throws Exception {
+        EmulatedVerbs device = new EmulatedVerbs();
+        try (EmulatedPeers p = new EmulatedPeers(device, Map.of(), 1, 1)) {
+            RegionDescriptor d = p.region(0);
+            RdmaChannel ch = p.client.connect(p.servers.get(0).localAddress());
+            CountDownLatch gate = new CountDownLatch(1);
+            device.landingGate = gate; // the READ is on its way
+            CountDownLatch done = new CountDownLatch(1);
+            ch.post(new ReadBatch(1).add(d.address(), d.rkey(), BLOCK, p.sink, 0, 0), (id, st, len) -> done.countDown());
+            device.destroyFails = true;
+            ch.close(); // its queue pair may stay alive
+            assertTrue(awaitTrue(() -> p.client.failure() != null, 10_000),
+                    "the node goes on as if the queue pair were gone");
+            assertTrue(String.valueOf(p.client.failure()).contains("could not be destroyed"),
+                    String.valueOf(p.client.failure()));
+            assertFalse(done.await(500, TimeUnit.MILLISECONDS),
+                    "the READ was handed back while its queue pair may still write into its buffer");
+            gate.countDown();
         }
     }
 }
