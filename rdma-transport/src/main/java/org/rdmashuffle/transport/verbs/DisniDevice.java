@@ -227,6 +227,7 @@ final class DisniDevice implements VerbsDevice {
         while (!closed) {
             try {
                 VerbsEndpoint ep = listener.accept();
+                ep.handedOver();
                 if (closed) {
                     ep.closeQuietly();
                     break;

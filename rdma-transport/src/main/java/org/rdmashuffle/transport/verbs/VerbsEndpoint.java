@@ -158,6 +158,25 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
         // that goes away mid-handshake must not stop every later accept.
         long timeoutMs = node.connectTimeoutMs();
         node.schedule(() -> abortAccept("no connection within " + timeoutMs + " ms"), timeoutMs);
+        // DiSNI's accept may also throw after this hook admitted the queue pair (rdma_accept failing): the
+        // endpoint then never reaches the node's acceptor, and nothing else would free its admission.
+        node.schedule(this::closeIfNeverAccepted, 2 * timeoutMs);
+    }
+
+    /** Set by the node's acceptor when DiSNI's accept handed this server endpoint over. */
+    private volatile boolean handedOver;
+
+    /** The node's acceptor got this endpoint from DiSNI's accept. */
+    void handedOver() {
+        handedOver = true;
+    }
+
+    /** A server endpoint DiSNI's accept never handed over: closed, and its admission freed. */
+    private void closeIfNeverAccepted() {
+        if (!handedOver) {
+            node.noteAbortedAccept("DiSNI's accept never returned the queue pair it admitted; closed");
+            closeQuietly();
+        }
     }
 
     /**
