@@ -36,6 +36,11 @@ final class ExecutorRuntime implements AutoCloseable {
     final BufferPool pool;
     final NodeDirectory.Client directory;
     final String executorId;
+    /**
+     * This node's incarnation in the driver's directory: random, so a node started again after one failed is
+     * told apart from it even at the same address (a fixed port).
+     */
+    final long incarnation = new java.security.SecureRandom().nextLong();
     private final Map<Integer, ShuffleOutputTable> tables = new ConcurrentHashMap<>();
     /** Shuffles unregistered here (the most recent ones), so late map tasks cannot recreate their tables. */
     private final java.util.concurrent.ConcurrentSkipListSet<Integer> unregistered =
@@ -99,7 +104,7 @@ final class ExecutorRuntime implements AutoCloseable {
         BufferPool p = null;
         try {
             p = new BufferPool(BufferPoolOptions.from(conf), node.sinkRegistrar());
-            directory.register(executorId, node.localAddress());
+            directory.register(executorId, node.localAddress(), incarnation);
         } catch (RuntimeException e) {
             if (p != null) {
                 p.close(); // reverse order of opening: the pool's registrations before the node that holds them
@@ -427,8 +432,9 @@ final class ExecutorRuntime implements AutoCloseable {
      * The output table descriptor of {@code shuffleId} at {@code peer}, asked once and cached; null
      * when the peer holds no table for it (it registered none of its outputs: Spark's path serves them).
      */
-    RegionDescriptor remoteTable(String peerExecutorId, NodeAddress peer, int shuffleId) throws TransportException {
-        RegionDescriptor d = remoteTables.get(peerExecutorId, peer, shuffleId);
+    RegionDescriptor remoteTable(String peerExecutorId, NodeAddress peer, long incarnation, int shuffleId)
+            throws TransportException {
+        RegionDescriptor d = remoteTables.get(peerExecutorId, peer, incarnation, shuffleId);
         if (d != null) {
             return d;
         }
@@ -443,7 +449,7 @@ final class ExecutorRuntime implements AutoCloseable {
         if (d == null) {
             return null;
         }
-        remoteTables.put(peerExecutorId, peer, shuffleId, d);
+        remoteTables.put(peerExecutorId, peer, incarnation, shuffleId, d);
         return d;
     }
 

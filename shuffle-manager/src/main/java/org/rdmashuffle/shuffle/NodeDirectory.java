@@ -30,8 +30,11 @@ public final class NodeDirectory {
     private NodeDirectory() {
     }
 
-    /** An executor announces its node. */
-    public record Register(String executorId, byte[] address) implements Serializable {
+    /**
+     * An executor announces its node: its encoded address and its incarnation (random, new for every node
+     * the executor starts — a node started again after one failed may have the same address).
+     */
+    public record Register(String executorId, byte[] address, long incarnation) implements Serializable {
         private static final long serialVersionUID = 1L;
     }
 
@@ -46,8 +49,36 @@ public final class NodeDirectory {
     /** The reply to a {@link Lookup} of an executor Spark removed (one byte: no encoded address is that short). */
     static final byte[] REMOVED = {'R'};
 
-    /** What the driver knows of an executor's node: its address, or none, and whether Spark removed it. */
-    public record Found(NodeAddress address, boolean removed) {
+    /**
+     * What the driver knows of an executor's node: its address (or none) and incarnation, and whether Spark
+     * removed the executor.
+     */
+    public record Found(NodeAddress address, boolean removed, long incarnation) {
+        static final Found NONE = new Found(null, false, 0);
+        static final Found GONE = new Found(null, true, 0);
+
+        /** Whether this names the very node {@code peer} of {@code incarnation} (not one started since). */
+        boolean names(NodeAddress peer, long incarnation) {
+            return address != null && address.equals(peer) && this.incarnation == incarnation;
+        }
+    }
+
+    /** A lookup's reply: the encoded address, then the incarnation. */
+    private static byte[] reply(byte[] address, long incarnation) {
+        return ByteBuffer.allocate(address.length + 8).put(address).putLong(incarnation).array();
+    }
+
+    /** Reads a lookup's reply. */
+    static Found parse(byte[] enc) {
+        if (enc.length == 0) {
+            return Found.NONE;
+        }
+        if (java.util.Arrays.equals(enc, REMOVED)) {
+            return Found.GONE;
+        }
+        ByteBuffer b = ByteBuffer.wrap(enc);
+        NodeAddress a = NodeAddress.decode(b);
+        return new Found(a, false, b.remaining() >= 8 ? b.getLong() : 0);
     }
 
     /**
@@ -186,7 +217,7 @@ public final class NodeDirectory {
                 public <A1, B1> B1 applyOrElse(A1 m, Function1<A1, B1> otherwise) {
                     if (m instanceof Register r) {
                         NodeAddress.decode(ByteBuffer.wrap(r.address())); // refuse garbage early
-                        register(r.executorId(), r.address());
+                        register(r.executorId(), reply(r.address(), r.incarnation()));
                         context.reply(Boolean.TRUE);
                     } else if (m instanceof Lookup l) {
                         context.reply(lookup(l.executorId()));
@@ -210,7 +241,7 @@ public final class NodeDirectory {
     /** The executor side: a reference to the driver's endpoint and a cache of looked-up nodes. */
     public static final class Client {
         private final RpcEndpointRef driver;
-        private final Map<String, NodeAddress> cache = new ConcurrentHashMap<>();
+        private final Map<String, Found> cache = new ConcurrentHashMap<>();
         /** Executors Spark removed that this client has heard of, and how many of the driver's list it has. */
         private final java.util.Set<String> removedKnown = ConcurrentHashMap.newKeySet();
         private final java.util.concurrent.locks.ReentrantLock refreshing = new java.util.concurrent.locks.ReentrantLock();
@@ -229,9 +260,9 @@ public final class NodeDirectory {
             this.driver = RpcUtils$.MODULE$.makeDriverRef(ENDPOINT_NAME, conf, rpcEnv);
         }
 
-        public void register(String executorId, NodeAddress address) {
-            driver.askSync(new Register(executorId, address.encode()), ClassTag$.MODULE$.Any());
-            cache.put(executorId, address);
+        public void register(String executorId, NodeAddress address, long incarnation) {
+            driver.askSync(new Register(executorId, address.encode(), incarnation), ClassTag$.MODULE$.Any());
+            cache.put(executorId, new Found(address, false, incarnation));
         }
 
         /** The node of {@code executorId}, or null when the driver knows none (or Spark removed it). */
@@ -241,20 +272,15 @@ public final class NodeDirectory {
 
         /** What the driver knows of {@code executorId}'s node (cached once found). */
         public Found find(String executorId) {
-            NodeAddress a = cache.get(executorId);
-            if (a != null) {
-                return new Found(a, false);
+            Found f = cache.get(executorId);
+            if (f != null) {
+                return f;
             }
-            byte[] enc = (byte[]) driver.askSync(new Lookup(executorId), ClassTag$.MODULE$.Any());
-            if (enc.length == 0) {
-                return new Found(null, false);
+            f = parse((byte[]) driver.askSync(new Lookup(executorId), ClassTag$.MODULE$.Any()));
+            if (f.address() != null) {
+                cache.put(executorId, f);
             }
-            if (java.util.Arrays.equals(enc, REMOVED)) {
-                return new Found(null, true);
-            }
-            a = NodeAddress.decode(ByteBuffer.wrap(enc));
-            cache.put(executorId, a);
-            return new Found(a, false);
+            return f;
         }
 
         /**
@@ -287,9 +313,9 @@ public final class NodeDirectory {
                     }
                     for (int i = 1; i < r.length; i++) {
                         removedKnown.add(r[i]);
-                        NodeAddress a = cache.remove(r[i]);
+                        Found a = cache.remove(r[i]);
                         if (a != null) {
-                            forgotten.add(a);
+                            forgotten.add(a.address());
                         }
                     }
                     removedSeen = Integer.parseInt(r[0]) + r.length - 1;
@@ -317,23 +343,19 @@ public final class NodeDirectory {
          */
         public Found recheck(String executorId) {
             cache.remove(executorId);
-            byte[] enc;
+            Found f;
             try {
-                enc = (byte[]) driver.askSync(new Lookup(executorId), REMOVED_TIMEOUT, ClassTag$.MODULE$.Any());
+                f = parse((byte[]) driver.askSync(new Lookup(executorId), REMOVED_TIMEOUT, ClassTag$.MODULE$.Any()));
             } catch (Exception e) { // RpcTimeoutException is checked
                 LOG.debug("cannot ask the driver about executor {}'s node", executorId, e);
                 return null;
             }
-            if (enc.length == 0) {
-                return new Found(null, false);
-            }
-            if (java.util.Arrays.equals(enc, REMOVED)) {
+            if (f.removed()) {
                 removedKnown.add(executorId);
-                return new Found(null, true);
+            } else if (f.address() != null) {
+                cache.put(executorId, f);
             }
-            NodeAddress a = NodeAddress.decode(ByteBuffer.wrap(enc));
-            cache.put(executorId, a);
-            return new Found(a, false);
+            return f;
         }
 
         /** Whether Spark removed {@code executorId}, asked of the driver now (its cached node is dropped). */

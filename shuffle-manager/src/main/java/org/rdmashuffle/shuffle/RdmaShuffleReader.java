@@ -118,6 +118,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         List<Origin> local = new ArrayList<>();
         List<Origin> remote = new ArrayList<>();
         Map<BlockManagerId, RegionDescriptor> tables = new HashMap<>();
+        Map<String, Long> incarnations = new HashMap<>(); // of the peers' nodes READ from, by executor
         // Blocks of peers that cannot serve READs to this executor: fetched as Spark's reader fetches them.
         Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> viaSpark = new LinkedHashMap<>();
         Iterator<Tuple2<BlockManagerId, scala.collection.Seq<Tuple3<BlockId, Object, Object>>>> byAddress =
@@ -170,7 +171,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             }
             RegionDescriptor table;
             try {
-                table = rt.remoteTable(bm.executorId(), peer, shuffleId);
+                table = rt.remoteTable(bm.executorId(), peer, found.incarnation(), shuffleId);
             } catch (TransportException e) {
                 rt.forgetPeer(bm.executorId(), peer, shuffleId);
                 if (rt.failed()) {
@@ -181,7 +182,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                             rt.failureReason(), e);
                     return sortRead();
                 }
-                String withdrawn = never ? null : nodeWithdrawn(rt, bm.executorId(), peer);
+                String withdrawn = never ? null : nodeWithdrawn(rt, bm.executorId(), peer, found.incarnation());
                 if (withdrawn != null) {
                     rt.noteSparkPath(bm.executorId(), withdrawn);
                     viaSpark.put(bm, tracked(blocks));
@@ -206,11 +207,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 continue;
             }
             tables.put(bm, table);
+            incarnations.put(bm.executorId(), found.incarnation());
             for (Origin o : blocks) {
                 remote.add(new Origin(bm, peer, o.blockId(), o.mapIndex(), o.reportedBytes(), o.tracked()));
             }
         }
-        return decodeAndCombine(new Blocks(rt, local, remote, tables, viaSpark, ess && !never));
+        return decodeAndCombine(new Blocks(rt, local, remote, tables, incarnations, viaSpark, ess && !never));
     }
 
     /**
@@ -219,9 +221,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
      * 5 s); null when the directory still names {@code peer} (or cannot be asked, or Spark removed the
      * executor): then the executor failed to serve, and a fetch failure names it.
      */
-    private static String nodeWithdrawn(ExecutorRuntime rt, String executorId, NodeAddress peer) {
+    private static String nodeWithdrawn(ExecutorRuntime rt, String executorId, NodeAddress peer, long incarnation) {
         NodeDirectory.Found now = rt.directory.recheck(executorId);
-        if (now == null || now.removed() || peer.equals(now.address())) {
+        if (now == null || now.removed() || now.names(peer, incarnation)) {
             return null;
         }
         return now.address() == null
@@ -297,12 +299,16 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         private InputStream sparkStream;
         /** A failed READ sends the task's remaining blocks through Spark's client (an external shuffle service). */
         private final boolean sparkAfterFailure;
+        /** The incarnation of each peer's node this task READs from, by executor. */
+        private final Map<String, Long> incarnations;
         /** Peers whose node failed and left the directory (or was replaced) while this task READ from them. */
         private final java.util.Set<String> withdrawnPeers = new java.util.HashSet<>();
 
         Blocks(ExecutorRuntime rt, List<Origin> local, List<Origin> remote, Map<BlockManagerId, RegionDescriptor> tables,
-               Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> viaSpark, boolean sparkAfterFailure) {
+               Map<String, Long> incarnations, Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> viaSpark,
+               boolean sparkAfterFailure) {
             this.rt = rt;
+            this.incarnations = incarnations;
             this.sparkAfterFailure = sparkAfterFailure;
             this.local = local;
             this.fetcher = new BlockFetcher(rt.node, rt.pool, rt.metadataCache(handle.shuffleId()),
@@ -795,7 +801,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             if (withdrawnPeers.contains(id)) {
                 return true;
             }
-            String why = nodeWithdrawn(rt, id, o.peer());
+            Long incarnation = incarnations.get(id);
+            String why = nodeWithdrawn(rt, id, o.peer(), incarnation == null ? 0 : incarnation);
             if (why == null) {
                 return false;
             }

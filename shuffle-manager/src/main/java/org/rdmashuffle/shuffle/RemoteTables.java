@@ -7,30 +7,31 @@ import org.rdmashuffle.transport.RegionDescriptor;
 
 /**
  * The output table descriptors this executor's reducers looked up at peers, one per serving executor, its
- * node and shuffle. Keyed by the executor too, not by the node's address alone: an executor replaced by
- * another on the same host and fixed port has another table, and its predecessor's descriptor must not
- * answer for it.
+ * node (address and incarnation) and shuffle. Keyed by the executor and the node's incarnation too, not by
+ * the node's address alone: an executor replaced by another on the same host and fixed port, or a node
+ * started again after one failed, has another table, and its predecessor's descriptor must not answer for it.
  *
  * <p>Thread-safe: every reduce task of the executor shares it.
  */
 final class RemoteTables {
-    private record Key(String executorId, NodeAddress node, int shuffleId) {
+    private record Key(String executorId, NodeAddress node, long incarnation, int shuffleId) {
     }
 
     private final Map<Key, RegionDescriptor> tables = new ConcurrentHashMap<>();
 
     /** The cached descriptor, or null. */
-    RegionDescriptor get(String executorId, NodeAddress node, int shuffleId) {
-        return tables.get(new Key(executorId, node, shuffleId));
+    RegionDescriptor get(String executorId, NodeAddress node, long incarnation, int shuffleId) {
+        return tables.get(new Key(executorId, node, incarnation, shuffleId));
     }
 
-    void put(String executorId, NodeAddress node, int shuffleId, RegionDescriptor table) {
-        tables.put(new Key(executorId, node, shuffleId), table);
+    void put(String executorId, NodeAddress node, long incarnation, int shuffleId, RegionDescriptor table) {
+        tables.put(new Key(executorId, node, incarnation, shuffleId), table);
     }
 
-    /** Forgets one entry (after a failed fetch from that executor). */
+    /** Forgets that executor's entries of a node and shuffle, every incarnation (after a failed fetch from it). */
     void forget(String executorId, NodeAddress node, int shuffleId) {
-        tables.remove(new Key(executorId, node, shuffleId));
+        tables.keySet().removeIf(k -> k.shuffleId() == shuffleId && k.executorId().equals(executorId)
+                && k.node().equals(node));
     }
 
     /** Forgets every entry of a node that is gone. */

@@ -30,7 +30,7 @@ class NodeDirectoryTest {
             NodeDirectory.Client exec1 = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
             NodeDirectory.Client reducer = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
             NodeAddress a = new NodeAddress("10.200.0.2", 40123, "tcp");
-            exec1.register("1", a);
+            exec1.register("1", a, 11);
             assertEquals(1, endpoint.size());
             NodeAddress found = reducer.lookup("1");
             assertEquals(a, found);
@@ -44,8 +44,12 @@ class NodeDirectoryTest {
             assertNull(reducer.lookup("1"));
             assertEquals(0, endpoint.size());
             NodeAddress restarted = new NodeAddress("10.200.0.2", 40124, "tcp");
-            exec1.register("1", restarted); // a new node after the old one failed
+            exec1.register("1", restarted, 12); // a new node after the old one failed
             assertEquals(restarted, reducer.recheck("1").address());
+            exec1.register("1", restarted, 13); // and again, on the same (fixed) port
+            assertFalse(reducer.recheck("1").names(restarted, 12), "a node started again at the same address is "
+                    + "taken for the one before it");
+            assertTrue(reducer.recheck("1").names(restarted, 13));
             assertEquals(restarted, reducer.lookup("1"), "the fresh answer is cached");
             exec1.forget("1");
             reducer.invalidate("1");
@@ -54,21 +58,21 @@ class NodeDirectoryTest {
             // registration arriving late does not bring it back.
             NodeAddress b = new NodeAddress("10.200.0.3", 40124, "tcp");
             NodeDirectory.Client exec2 = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
-            exec2.register("2", b);
+            exec2.register("2", b, 21);
             assertEquals(b, reducer.lookup("2"));
             assertFalse(reducer.find("7").removed(), "an executor never seen is unknown, not removed");
             endpoint.executorRemoved("2");
             assertEquals(b, reducer.lookup("2"), "the cache answers until asked afresh");
             assertTrue(reducer.removed("2"));
-            assertEquals(new NodeDirectory.Found(null, true), reducer.find("2"));
-            exec2.register("2", b);
+            assertEquals(NodeDirectory.Found.GONE, reducer.find("2"));
+            exec2.register("2", b, 21);
             assertTrue(reducer.removed("2"), "a late registration of a removed executor is ignored");
             NodeDirectory.Client other = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
             assertFalse(other.knownRemoved("2"));
             other.refreshRemoved();
             assertTrue(other.knownRemoved("2"), "a client learns removals in one ask");
             NodeAddress c = new NodeAddress("10.200.0.4", 40125, "tcp");
-            new NodeDirectory.Client(SparkEnv.get().conf(), rpc).register("4", c);
+            new NodeDirectory.Client(SparkEnv.get().conf(), rpc).register("4", c, 41);
             NodeDirectory.Client third = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
             assertEquals(c, third.lookup("4"));
             endpoint.executorRemoved("4");

@@ -15,10 +15,11 @@ class RemoteTablesTest {
     void shouldNotAnswerForAnExecutorThatReplacedAnotherOnTheSameHostAndFixedPort() {
         RemoteTables tables = new RemoteTables();
         RegionDescriptor old = new RegionDescriptor(0x1000, 32 * 8, 17);
-        tables.put("1", FIXED_PORT, 3, old);
-        assertEquals(old, tables.get("1", FIXED_PORT, 3));
+        tables.put("1", FIXED_PORT, 7, 3, old);
+        assertEquals(old, tables.get("1", FIXED_PORT, 7, 3));
+        assertNull(tables.get("1", FIXED_PORT, 8, 3), "the failed node's table answered for the one started after it");
         // executor 1 died; executor 4 started on the same host and the configured fixed port
-        assertNull(tables.get("4", FIXED_PORT, 3), "the dead executor's table answered for its successor");
+        assertNull(tables.get("4", FIXED_PORT, 7, 3), "the dead executor's table answered for its successor");
     }
 
     @Test
@@ -26,18 +27,18 @@ class RemoteTablesTest {
         RemoteTables tables = new RemoteTables();
         NodeAddress other = new NodeAddress("10.0.0.8", 40000, "tcp");
         RegionDescriptor d = new RegionDescriptor(0x1000, 256, 1);
-        tables.put("1", FIXED_PORT, 3, d);
-        tables.put("1", FIXED_PORT, 4, d);
-        tables.put("2", other, 3, d);
+        tables.put("1", FIXED_PORT, 1, 3, d);
+        tables.put("1", FIXED_PORT, 1, 4, d);
+        tables.put("2", other, 1, 3, d);
         TreeSet<Integer> held = new TreeSet<>();
         tables.addShufflesTo(held);
         assertEquals(java.util.Set.of(3, 4), held);
         tables.forget("1", FIXED_PORT, 4);
-        assertNull(tables.get("1", FIXED_PORT, 4));
+        assertNull(tables.get("1", FIXED_PORT, 1, 4));
         tables.forgetShuffle(3);
-        assertNull(tables.get("2", other, 3));
-        tables.put("2", other, 5, d);
+        assertNull(tables.get("2", other, 1, 3));
+        tables.put("2", other, 1, 5, d);
         tables.forgetNode(other);
-        assertNull(tables.get("2", other, 5));
+        assertNull(tables.get("2", other, 1, 5));
     }
 }

@@ -561,7 +561,11 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
                 error = true;
                 flushPending();
             }
-            device.cm.execute(() -> device.node.queuePairDisconnected(this));
+            try {
+                device.cm.execute(() -> device.node.queuePairDisconnected(this));
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                // its node is closed already (a queue pair it could not destroy outlived it): nobody to tell
+            }
         }
 
         @Override
