@@ -257,6 +257,8 @@ final class ExecutorRuntime implements AutoCloseable {
         if (failed()) {
             // The node is withdrawn (or about to be): readers take this executor's outputs through Spark's path.
             nodeFailureSeen();
+            unregisteredOutputs.increment();
+            unregisteredOutputBytes.add(bytes);
             LOG.debug("map output {} of shuffle {} is not registered: {}", mapIndex, shuffleId, failureReason());
             return;
         }
