@@ -6,7 +6,7 @@
 # Three "hosts" — network namespaces saA (10.213.0.1: Master, Worker, where spark-submit runs), saB
 # (.2) and saC (.3), one Worker each (2 cores, 3 GiB), veths joined by the bridge sabr0. The Workers'
 # classpath is Spark's jars only; rdma-shuffle reaches the driver and the executors only through
-# --jars (the shaded shuffle-manager/target/rdma-shuffle-manager-<version>-spark.jar). Submission is
+# --jars (the shaded shuffle-manager/spark/target/rdma-shuffle-spark-4.2_2.13-<version>-plugin.jar). Submission is
 # the legacy (RPC) one: spark.master.rest.enabled stays false, spark-submit talks to spark://…:7077.
 #
 # For each deploy mode it submits org.rdmashuffle.examples.SubmitCheckJob (a partitionBy of
@@ -66,7 +66,7 @@ if [ "${RDMA_SKIP_BUILD:-0}" != 1 ]; then
 fi
 version=$(sed -n 's:.*<version>\(.*\)</version>.*:\1:p' pom.xml | head -1)
 app_jar="$root/examples/target/rdma-shuffle-examples-$version.jar"
-rdma_jar="$root/shuffle-manager/target/rdma-shuffle-manager-$version-spark.jar"
+rdma_jar="$root/shuffle-manager/spark/target/rdma-shuffle-spark-4.2_2.13-$version-plugin.jar"
 export SPARK_HOME="${SPARK_HOME:-$root/examples/target/spark-home}" SPARK_SCALA_VERSION=2.13
 for f in "$app_jar" "$rdma_jar" "$SPARK_HOME/jars"; do
   [ -e "$f" ] || { echo "missing $f (build first)" >&2; exit 1; }

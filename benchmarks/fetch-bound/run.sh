@@ -63,7 +63,7 @@ if [ "${RDMA_SKIP_BUILD:-0}" != 1 ]; then
 fi
 version=$(sed -n 's:.*<version>\(.*\)</version>.*:\1:p' pom.xml | head -1)
 examples_jar="$root/examples/target/rdma-shuffle-examples-$version.jar"
-rdma_jar="$root/shuffle-manager/target/rdma-shuffle-manager-$version-spark.jar"
+rdma_jar="$root/shuffle-manager/spark/target/rdma-shuffle-spark-4.2_2.13-$version-plugin.jar"
 export SPARK_HOME="$root/examples/target/spark-home" SPARK_SCALA_VERSION=2.13
 opens="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
  --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED

@@ -374,7 +374,7 @@ if wants spark; then
   # under Spark's sort shuffle and under provider=verbs over siw in the same boot, alternating
   # applications (GuestFetchJob: placement, identical results, READs crossing executors, CPU per GB).
   say "fetch-bound job: two executor JVMs over siw, Spark's sort shuffle vs provider=verbs ($FETCH_ARGS)"
-  rj=$(ls "$ROOT"/shuffle-manager/target/rdma-shuffle-manager-*-spark.jar)
+  rj=$(ls "$ROOT"/shuffle-manager/spark/target/rdma-shuffle-spark-4.2_2.13-*-plugin.jar)
   opens=(--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
     --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED
     --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED

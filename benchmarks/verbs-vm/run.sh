@@ -157,13 +157,13 @@ fi
 log "building the project (mvn package, tests skipped)"
 ffm_build=()
 [ -n "$ffm_jdk" ] && ffm_build=("-Dffm.jdk=$ffm_jdk")
-(cd "$root" && mvn -B -ntp -q -DskipTests "${ffm_build[@]}" -pl examples,rdma-transport,shuffle-manager -am package \
+(cd "$root" && mvn -B -ntp -q -DskipTests "${ffm_build[@]}" -pl examples,rdma-transport,shuffle-manager/spark -am package \
    dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=target/test.classpath)
 # The fetch-bound Spark job of part spark (GuestFetchJob.java), compiled against Spark and the plugin.
 fetch_jar=$work/guest-fetch-job.jar
 rm -rf "$work/fetch-classes" && mkdir -p "$work/fetch-classes"
 javac -nowarn -d "$work/fetch-classes" \
-  -cp "$(ls "$root"/shuffle-manager/target/rdma-shuffle-manager-*-spark.jar):$root/examples/target/spark-home/jars/*" \
+  -cp "$(ls "$root"/shuffle-manager/spark/target/rdma-shuffle-spark-4.2_2.13-*-plugin.jar):$root/examples/target/spark-home/jars/*" \
   "$here/GuestFetchJob.java"
 (cd "$work/fetch-classes" && jar cf "$fetch_jar" .)
 junit_platform=$(sed -n 's:.*<junit.version>5\.\([0-9.]*\)</junit.version>.*:1.\1:p' "$root/pom.xml")

@@ -48,7 +48,7 @@ import org.junit.jupiter.params.provider.ValueSource;
  * SPARK_HOME whose jars/ are Spark's with {@code spark-yarn}) submitting {@link DeployCheckJob} from the
  * packaged examples jar with {@code --master yarn}, in client and in cluster deploy mode, on two
  * executors of one core. The plugin reaches the driver and the executors only through {@code --jars}
- * (the packaged {@code rdma-shuffle-manager-*-spark.jar}); Spark's jars come from the NodeManagers'
+ * (the packaged {@code rdma-shuffle-spark-*-plugin.jar}); Spark's jars come from the NodeManagers'
  * disk ({@code spark.yarn.jars=local:…}).
  *
  * <p>Each run must end FINISHED for the launcher and SUCCEEDED for YARN, with every RDD and SQL
