@@ -171,17 +171,32 @@ final class LocalCluster implements AutoCloseable {
                 .set("spark.driver.bindAddress", "127.0.0.1")
                 .set("spark.jars", pluginJar())
                 .set("spark.shuffle.rdma.provider", "tcp");
+        if (SparkLines.version().startsWith("3.")) {
+            // Before 4.0 an executor builds its ShuffleManager before it fetches spark.jars (SPARK-45762):
+            // the manager must be on the executor's own class path, as docs/deploying.md tells users.
+            conf.set("spark.executor.extraClassPath", pluginJar());
+        }
         if (rdma) {
             conf.set("spark.shuffle.manager", RdmaShuffleManager.class.getName());
         }
         return conf;
     }
 
+    /**
+     * The same application in this JVM ({@code local[4]}, no executor JVMs): what a test compares with is
+     * Spark's sort shuffle's results, which do not depend on where tasks run, and a local application starts
+     * in a fraction of a cluster's time. Not for what needs executors (probes, READs, kills).
+     */
+    static LocalCluster inProcess(SparkConf conf) {
+        return new LocalCluster(conf.setMaster("local[4]"));
+    }
+
     LocalCluster(SparkConf conf) {
         assumeSparkHome();
         java.util.regex.Matcher m = java.util.regex.Pattern.compile("local-cluster\\[(\\d+),")
                 .matcher(conf.get("spark.master"));
-        this.executors = m.lookingAt() ? Integer.parseInt(m.group(1)) : EXECUTORS;
+        this.executors = conf.get("spark.master").startsWith("local[") ? 0
+                : m.lookingAt() ? Integer.parseInt(m.group(1)) : EXECUTORS;
         this.spark = SparkSession.builder().config(conf).getOrCreate();
         this.sc = JavaSparkContext.fromSparkContext(spark.sparkContext());
         try {

@@ -72,7 +72,7 @@ class RdmaShuffleConcurrentReadersTest {
     @Timeout(600)
     void shouldDeliverEveryRecordWhenReducersOnTwoConnectionsReadLargeBlocksOfTheSameOutputsAtOnce() {
         List<String> expected;
-        try (LocalCluster sort = new LocalCluster(conf(false))) {
+        try (LocalCluster sort = LocalCluster.inProcess(conf(false))) {
             expected = digests(sort.sc);
         }
         try (LocalCluster rdma = new LocalCluster(conf(true))) {

@@ -128,7 +128,7 @@ class RdmaShuffleCorruptionTest {
     @Timeout(600)
     void shouldRerunTheMapAndDeliverEveryRecordWhenACommittedMapOutputHasAFlippedByteAsSortShuffleDoes() {
         List<String> expected;
-        try (LocalCluster clean = new LocalCluster(conf(false))) {
+        try (LocalCluster clean = LocalCluster.inProcess(conf(false))) {
             expected = RdmaShuffleTaskEndTest.digests(RdmaShuffleTaskEndTest.records(clean.sc)
                     .partitionBy(new HashPartitioner(PARTITIONS)));
         }

@@ -30,7 +30,7 @@ class RdmaShuffleFrozenPeerTest {
     void shouldBlameOnlyTheFrozenExecutorAndDeliverEveryRecordOnceItRunsAgain() throws Exception {
         LocalCluster.assumeKill();
         List<String> expected;
-        try (LocalCluster sort = new LocalCluster(conf(false))) {
+        try (LocalCluster sort = LocalCluster.inProcess(conf(false))) {
             expected = RdmaShuffleTaskEndTest.digests(RdmaShuffleTaskEndTest.records(sort.sc)
                     .partitionBy(new HashPartitioner(12)));
         }

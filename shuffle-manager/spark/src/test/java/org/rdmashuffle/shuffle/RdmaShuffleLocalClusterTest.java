@@ -80,7 +80,7 @@ class RdmaShuffleLocalClusterTest {
 
     @BeforeAll
     void runOnSortShuffleThenStartRdma() {
-        try (LocalCluster sort = new LocalCluster(conf(false))) {
+        try (LocalCluster sort = LocalCluster.inProcess(conf(false))) {
             for (Map.Entry<String, Function<LocalCluster, Object>> j : JOBS.entrySet()) {
                 expected.put(j.getKey(), j.getValue().apply(sort));
             }

@@ -21,7 +21,7 @@ class RdmaShuffleMatrixTest {
 
     @BeforeAll
     static void runOnSortShuffle() {
-        try (LocalCluster c = new LocalCluster(LocalCluster.conf(false))) {
+        try (LocalCluster c = LocalCluster.inProcess(LocalCluster.conf(false))) {
             expected = ShuffleJobs.operations(c.sc);
         }
     }

@@ -38,7 +38,7 @@ class RdmaShuffleNodeFailureTest {
     @Timeout(600)
     void shouldBlameNoHealthyExecutorAndDeliverEveryRecordWhenOneExecutorsNodeFailsMidReduce() throws Exception {
         List<String> expected;
-        try (LocalCluster sort = new LocalCluster(conf(false))) {
+        try (LocalCluster sort = LocalCluster.inProcess(conf(false))) {
             expected = RdmaShuffleTaskEndTest.digests(RdmaShuffleTaskEndTest.records(sort.sc)
                     .partitionBy(new HashPartitioner(24)));
         }

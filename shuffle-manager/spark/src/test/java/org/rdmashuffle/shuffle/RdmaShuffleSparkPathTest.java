@@ -31,7 +31,7 @@ class RdmaShuffleSparkPathTest {
 
     @BeforeAll
     void runOnSortShuffle() {
-        try (LocalCluster sort = new LocalCluster(LocalCluster.conf(false))) {
+        try (LocalCluster sort = LocalCluster.inProcess(LocalCluster.conf(false))) {
             expected = RdmaShuffleTaskEndTest.digests(sort.sc);
         }
     }

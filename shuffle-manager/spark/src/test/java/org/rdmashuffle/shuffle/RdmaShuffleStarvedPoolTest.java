@@ -26,7 +26,7 @@ class RdmaShuffleStarvedPoolTest {
     @Timeout(600)
     void shouldFinishEveryReducerWithEveryRecordWhenFourTasksShareAPoolFarSmallerThanTheyWouldKeepInFlight() {
         List<String> expected;
-        try (LocalCluster sort = new LocalCluster(conf(false))) {
+        try (LocalCluster sort = LocalCluster.inProcess(conf(false))) {
             expected = RdmaShuffleTaskEndTest.digests(RdmaShuffleTaskEndTest.records(sort.sc)
                     .partitionBy(new HashPartitioner(8)));
         }
@@ -65,7 +65,7 @@ class RdmaShuffleStarvedPoolTest {
     @Timeout(600)
     void shouldReadThroughSparksPathInsteadOfFailingWhenSlowConsumersHoldThePoolPastTheAcquireTimeout() {
         List<String> expected;
-        try (LocalCluster sort = new LocalCluster(conf(false))) {
+        try (LocalCluster sort = LocalCluster.inProcess(conf(false))) {
             expected = slowDigests(sort);
         }
         SparkConf conf = conf(true)

@@ -65,7 +65,7 @@ class RdmaShuffleTaskEndTest {
     @BeforeAll
     void runOnSortShuffleThenStartRdma() throws IOException {
         markers = Files.createTempDirectory("rdma-shuffle-task-end-");
-        try (LocalCluster sort = new LocalCluster(conf(false))) {
+        try (LocalCluster sort = LocalCluster.inProcess(conf(false))) {
             expectedDigests = digests(sort.sc);
         }
         cluster = new LocalCluster(conf(true));
