@@ -238,7 +238,7 @@ class BlockFetcherTest {
                 assertTrue(f.getMessage().contains("corrupt output table"), f.getMessage());
                 assertTrue(f.getMessage().contains("metadata of " + (64 << 20) + " bytes"), f.getMessage());
                 // the slot is READ again in case a rewrite tore it, a few times, never the claimed metadata
-                assertEquals(1 + BlockFetcher.MAX_TORN_SLOT_READS, pool.stats().acquires(),
+                assertEquals(1 + PeerClaims.MAX_TORN_SLOT_READS, pool.stats().acquires(),
                         "only the slot's buffers may be taken: " + pool.stats());
                 assertEquals(0, pool.stats().inUseBuffers());
             }
@@ -280,7 +280,7 @@ class BlockFetcherTest {
                 FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
                 assertEquals(r, f.request());
                 assertTrue(f.getMessage().contains("corrupt output table"), f.getMessage());
-                assertEquals(1 + BlockFetcher.MAX_TORN_SLOT_READS, pool.stats().acquires(),
+                assertEquals(1 + PeerClaims.MAX_TORN_SLOT_READS, pool.stats().acquires(),
                         "only the slot's buffers may be taken: " + pool.stats());
                 assertEquals(0, pool.stats().inUseBuffers());
             }
@@ -496,9 +496,9 @@ class BlockFetcherTest {
                 long again = fetcher.metadataReadsAgain();
                 f = failureOf(fetcher, decreasing.request(peer, 1, 3));
                 assertTrue(f.getMessage().contains("corrupt map output metadata")
-                        && f.getMessage().contains((BlockFetcher.MAX_TORN_SLOT_READS + 1) + " times in a row"),
+                        && f.getMessage().contains((PeerClaims.MAX_TORN_SLOT_READS + 1) + " times in a row"),
                         f.getMessage());
-                assertEquals(again + BlockFetcher.MAX_TORN_SLOT_READS + 1, fetcher.metadataReadsAgain());
+                assertEquals(again + PeerClaims.MAX_TORN_SLOT_READS + 1, fetcher.metadataReadsAgain());
             }
             try (Forged beyond = new Forged(executor, 1000, 1000, 0, 1200, 1000)) {
                 FetchFailure f = failureOf(fetcher, beyond.request(peer, 0, 1));
@@ -1293,7 +1293,7 @@ class BlockFetcherTest {
                 }
                 assertThrows(IllegalStateException.class, () -> b.open(0, 10), "read backwards");
             }
-            assertTrue(maxHeld <= BlockFetcher.STREAM_WINDOWS, "window buffers held at once: " + maxHeld);
+            assertTrue(maxHeld <= BlockStream.STREAM_WINDOWS, "window buffers held at once: " + maxHeld);
             assertTrue(maxHeld >= 2, "the stream never READ ahead: " + maxHeld);
             assertEquals(0, fetcher.bytesInFlight());
             assertEquals(0, pool.stats().inUseBuffers());
@@ -1523,7 +1523,7 @@ class BlockFetcherTest {
                     maxHeld = Math.max(maxHeld, pool.stats().inUseBuffers());
                 }
                 assertEquals(length, pos, "the stream ended early");
-                assertTrue(maxHeld <= BlockFetcher.STREAM_WINDOWS, "window buffers held at once: " + maxHeld);
+                assertTrue(maxHeld <= BlockStream.STREAM_WINDOWS, "window buffers held at once: " + maxHeld);
                 registered = pool.stats().registeredBytes();
             }
             // a chunk for the slot and metadata classes and one of the largest class: never the block's size
