@@ -94,7 +94,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
     private RuntimeException fetchFailed(Origin o, FetchFailure f) {
         ExecutorRuntime rt;
         if (o.peer() != null && (rt = manager.startedRuntime()) != null) {
-            rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
+            rt.remote.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId());
         }
         return SparkInterop.sneakyThrow(SparkInterop.fetchFailed(o.address(), handle.shuffleId(), o.blockId().mapId(),
                 o.mapIndex(), o.blockId().reduceId(), f));
@@ -115,7 +115,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         // its blocks go through Spark's client, the other executors' by READ.
         boolean ess = SparkInterop.externalShuffleService(SparkEnv.get().conf());
         if (ess) {
-            rt.refreshRemoved(); // at most once a second per executor
+            rt.remote.refreshRemoved(); // at most once a second per executor
         }
         List<Origin> local = new ArrayList<>();
         List<Origin> remote = new ArrayList<>();
@@ -142,7 +142,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 local.addAll(blocks);
                 continue;
             }
-            NodeDirectory.Found found = rt.directory.find(bm.executorId());
+            PeerDirectory.Found found = rt.directory.find(bm.executorId());
             NodeAddress peer = found.address();
             String why = null;
             if (found.removed() || (ess && rt.directory.knownRemoved(bm.executorId()))) {
@@ -152,7 +152,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                             + "service serves its files, but fallback=never keeps readers off Spark's path)"
                             : " and no external shuffle service serves its files"), null));
                 }
-                rt.noteSparkPath(bm.executorId(), why + "; the external shuffle service serves its files", true);
+                rt.reads.noteSparkPath(bm.executorId(), why + "; the external shuffle service serves its files", true);
                 viaSpark.put(bm, tracked(blocks));
                 continue;
             }
@@ -167,15 +167,15 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 if (never) {
                     throw fetchFailed(blocks.get(0), new FetchFailure(null, why + " (fallback=never)", null));
                 }
-                rt.noteSparkPath(bm.executorId(), why);
+                rt.reads.noteSparkPath(bm.executorId(), why);
                 viaSpark.put(bm, tracked(blocks));
                 continue;
             }
             RegionDescriptor table;
             try {
-                table = rt.remoteTable(bm.executorId(), peer, found.incarnation(), shuffleId);
+                table = rt.remote.table(bm.executorId(), peer, found.incarnation(), shuffleId);
             } catch (TransportException e) {
-                rt.forgetPeer(bm.executorId(), peer, shuffleId);
+                rt.remote.forgetPeer(bm.executorId(), peer, shuffleId);
                 if (rt.failed()) {
                     // This executor's own node failed, not the peer's: nothing was read yet, so the whole task
                     // goes through Spark's path and nobody is blamed.
@@ -186,12 +186,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 }
                 String withdrawn = never ? null : nodeWithdrawn(rt, bm.executorId(), peer, found.incarnation());
                 if (withdrawn != null) {
-                    rt.noteSparkPath(bm.executorId(), withdrawn);
+                    rt.reads.noteSparkPath(bm.executorId(), withdrawn);
                     viaSpark.put(bm, tracked(blocks));
                     continue;
                 }
                 if (ess && !never) { // gone, or going: the external shuffle service serves its files
-                    rt.noteSparkPath(bm.executorId(), "its node cannot be reached (" + e.getMessage() + "); the "
+                    rt.reads.noteSparkPath(bm.executorId(), "its node cannot be reached (" + e.getMessage() + "); the "
                             + "external shuffle service serves its files", true);
                     viaSpark.put(bm, tracked(blocks));
                     continue;
@@ -204,7 +204,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 if (never) {
                     throw fetchFailed(blocks.get(0), new FetchFailure(null, why + " (fallback=never)", null));
                 }
-                rt.noteSparkPath(bm.executorId(), why);
+                rt.reads.noteSparkPath(bm.executorId(), why);
                 viaSpark.put(bm, tracked(blocks));
                 continue;
             }
@@ -224,7 +224,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
      * executor): then the executor failed to serve, and a fetch failure names it.
      */
     private static String nodeWithdrawn(ExecutorRuntime rt, String executorId, NodeAddress peer, long incarnation) {
-        NodeDirectory.Found now = rt.directory.recheck(executorId);
+        PeerDirectory.Found now = rt.directory.recheck(executorId);
         if (now == null || now.removed() || now.names(peer, incarnation)) {
             return null;
         }
@@ -313,7 +313,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             this.incarnations = incarnations;
             this.sparkAfterFailure = sparkAfterFailure;
             this.local = local;
-            this.fetcher = new BlockFetcher(rt.node, rt.pool, rt.metadataCache(handle.shuffleId()),
+            this.fetcher = new BlockFetcher(rt.node, rt.pool, rt.remote.metadataCache(handle.shuffleId()),
                     rt.conf.maxBytesInFlight(), rt.conf.maxReadsInFlightPerPeer(), rt.conf.readBlockSizeBytes(),
                     rt.conf.requestTimeoutMs());
             context.addTaskCompletionListener((TaskCompletionListener) c -> finish());
@@ -385,7 +385,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             for (List<Tuple3<BlockId, Object, Object>> l : blocks.values()) {
                 n += l.size();
             }
-            rt.countBlocksViaSpark(n);
+            rt.reads.countBlocksViaSpark(n);
             return SparkInterop.fetchThroughSpark(context, blocks, metrics);
         }
 
@@ -490,11 +490,11 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                     return null;
                 }
                 if (sparkAfterFailure) {
-                    rt.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId()); // fetchFailed does it otherwise
+                    rt.remote.forgetPeer(o.address().executorId(), o.peer(), handle.shuffleId()); // fetchFailed does it otherwise
                     rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone
                     // An external shuffle service serves every executor's files, also of one that just went
                     // (released by dynamic allocation, killed): the rest comes through Spark's client.
-                    rt.noteSparkPath(o.address().executorId(), "a READ from it failed (" + f.getMessage()
+                    rt.reads.noteSparkPath(o.address().executorId(), "a READ from it failed (" + f.getMessage()
                             + "); this task's remaining blocks come through Spark's client and the external "
                             + "shuffle service", true);
                     abandonReads();
@@ -518,7 +518,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                             + "hold map output " + o.mapIndex() + " in its output table (migrated there by "
                             + "decommissioning, or lost) and fallback=never keeps readers off Spark's path", null));
                 }
-                rt.noteSparkPath(o.address().executorId(), why, why.equals(BlockFetcher.NOT_IN_TABLE));
+                rt.reads.noteSparkPath(o.address().executorId(), why, why.equals(BlockFetcher.NOT_IN_TABLE));
                 List<Tuple3<BlockId, Object, Object>> l = unregistered.computeIfAbsent(o.address(),
                         a -> new ArrayList<>());
                 for (Origin each : os) {
@@ -774,9 +774,9 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 if (nodeFailed) {
                     rt.nodeFailureSeen();
                 } else if (e.exhausted()) {
-                    rt.notePoolExhausted(e);
+                    rt.reads.notePoolExhausted(e);
                 } else {
-                    rt.noteReceiveMemoryUnavailable(e);
+                    rt.reads.noteReceiveMemoryUnavailable(e);
                 }
             }
             abandonReads();
@@ -809,8 +809,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 return false;
             }
             withdrawnPeers.add(id);
-            rt.forgetPeer(id, o.peer(), handle.shuffleId());
-            rt.noteSparkPath(id, why);
+            rt.remote.forgetPeer(id, o.peer(), handle.shuffleId());
+            rt.reads.noteSparkPath(id, why);
             return true;
         }
 
@@ -884,8 +884,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             finished = true;
             releaseCurrent();
             fetcher.close();
-            rt.addControlBytesRead(fetcher.controlBytesRead());
-            rt.addMetadataReadsAgain(fetcher.metadataReadsAgain());
+            rt.reads.addControlBytesRead(fetcher.controlBytesRead());
+            rt.reads.addMetadataReadsAgain(fetcher.metadataReadsAgain());
             context.taskMetrics().mergeShuffleReadMetrics();
         }
     }
