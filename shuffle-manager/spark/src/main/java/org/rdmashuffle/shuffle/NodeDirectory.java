@@ -10,6 +10,8 @@ import org.apache.spark.rpc.RpcEndpoint;
 import org.apache.spark.rpc.RpcEndpointRef;
 import org.apache.spark.rpc.RpcEnv;
 import org.apache.spark.util.RpcUtils$;
+import org.rdmashuffle.shuffle.core.PeerDirectory;
+import org.rdmashuffle.shuffle.core.PeerDirectory.Found;
 import org.rdmashuffle.transport.NodeAddress;
 import scala.Function1;
 import scala.PartialFunction;
@@ -48,20 +50,6 @@ public final class NodeDirectory {
 
     /** The reply to a {@link Lookup} of an executor Spark removed (one byte: no encoded address is that short). */
     static final byte[] REMOVED = {'R'};
-
-    /**
-     * What the driver knows of an executor's node: its address (or none) and incarnation, and whether Spark
-     * removed the executor.
-     */
-    public record Found(NodeAddress address, boolean removed, long incarnation) {
-        static final Found NONE = new Found(null, false, 0);
-        static final Found GONE = new Found(null, true, 0);
-
-        /** Whether this names the very node {@code peer} of {@code incarnation} (not one started since). */
-        boolean names(NodeAddress peer, long incarnation) {
-            return address != null && address.equals(peer) && this.incarnation == incarnation;
-        }
-    }
 
     /** A lookup's reply: the encoded address, then the incarnation. */
     private static byte[] reply(byte[] address, long incarnation) {
@@ -238,8 +226,11 @@ public final class NodeDirectory {
         }
     }
 
-    /** The executor side: a reference to the driver's endpoint and a cache of looked-up nodes. */
-    public static final class Client {
+    /**
+     * The executor side: a reference to the driver's endpoint and a cache of looked-up nodes; the
+     * {@link PeerDirectory} an executor's runtime registers with and its readers look peers up in.
+     */
+    public static final class Client implements PeerDirectory {
         private final RpcEndpointRef driver;
         private final Map<String, Found> cache = new ConcurrentHashMap<>();
         /** Executors Spark removed that this client has heard of, and how many of the driver's list it has. */
@@ -260,6 +251,7 @@ public final class NodeDirectory {
             this.driver = RpcUtils$.MODULE$.makeDriverRef(ENDPOINT_NAME, conf, rpcEnv);
         }
 
+        @Override
         public void register(String executorId, NodeAddress address, long incarnation) {
             driver.askSync(new Register(executorId, address.encode(), incarnation), ClassTag$.MODULE$.Any());
             cache.put(executorId, new Found(address, false, incarnation));
@@ -271,6 +263,7 @@ public final class NodeDirectory {
         }
 
         /** What the driver knows of {@code executorId}'s node (cached once found). */
+        @Override
         public Found find(String executorId) {
             Found f = cache.get(executorId);
             if (f != null) {
@@ -291,6 +284,7 @@ public final class NodeDirectory {
          *
          * @return the cached nodes of executors learnt removed now, for the caller to forget what it holds of them
          */
+        @Override
         public java.util.List<NodeAddress> refreshRemoved() {
             java.util.List<NodeAddress> forgotten = new java.util.ArrayList<>();
             if (!refreshing.tryLock()) {
@@ -329,6 +323,7 @@ public final class NodeDirectory {
         }
 
         /** Whether this client has heard that Spark removed {@code executorId} (see {@link #refreshRemoved()}). */
+        @Override
         public boolean knownRemoved(String executorId) {
             return removedKnown.contains(executorId);
         }
@@ -341,6 +336,7 @@ public final class NodeDirectory {
          *
          * @return the answer, or null when the driver could not be asked
          */
+        @Override
         public Found recheck(String executorId) {
             cache.remove(executorId);
             Found f;
@@ -359,6 +355,7 @@ public final class NodeDirectory {
         }
 
         /** Whether Spark removed {@code executorId}, asked of the driver now (its cached node is dropped). */
+        @Override
         public boolean removed(String executorId) {
             cache.remove(executorId);
             boolean gone;
@@ -381,6 +378,7 @@ public final class NodeDirectory {
          *
          * @throws Exception when the driver cannot be asked (unreachable, timed out, or too old to know the question)
          */
+        @Override
         public int[] goneShuffles(int[] held) throws Exception {
             java.util.stream.IntStream.Builder gone = java.util.stream.IntStream.builder();
             for (int from = 0; from < held.length; from += MAX_SHUFFLES_PER_ASK) {
@@ -394,6 +392,7 @@ public final class NodeDirectory {
         }
 
         /** Drops a cached entry (after a fetch failure, the executor may have restarted elsewhere). */
+        @Override
         public void invalidate(String executorId) {
             cache.remove(executorId);
         }
@@ -404,6 +403,7 @@ public final class NodeDirectory {
          *
          * @throws Exception when the driver could not be told
          */
+        @Override
         public void forget(String executorId) throws Exception {
             cache.remove(executorId);
             driver.askSync(new Forget(executorId), REMOVED_TIMEOUT, ClassTag$.MODULE$.Any());

@@ -48,7 +48,7 @@ final class RdmaShuffleWriter<K, V> extends ShuffleWriter<K, V> {
                 return status; // this executor fell back (logged once): readers use Spark's reader for it
             }
             File data = manager.dataFile(handle.shuffleId(), mapId);
-            rt.publish(handle.shuffleId(), handle.numMaps(), mapIndex, mapId, data, offsets);
+            rt.server.publish(handle.shuffleId(), handle.numMaps(), mapIndex, mapId, data, offsets);
         }
         return status;
     }

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
 import org.junit.jupiter.api.Test;
+import org.rdmashuffle.shuffle.core.MapOutputServer;
 
 /**
  * A map output that cannot be registered under {@code fallback=never} fails its map task — but
@@ -16,7 +17,7 @@ class FatalCauseTest {
     @Test
     void shouldKeepTheMessagesButNoErrorOfAFailedMappingsCauseChain() {
         IOException mapFailed = new IOException("Map failed", new OutOfMemoryError("Map failed"));
-        Throwable t = ExecutorRuntime.withoutErrors(mapFailed);
+        Throwable t = MapOutputServer.withoutErrors(mapFailed);
         for (Throwable c = t; c != null; c = c.getCause()) {
             assertFalse(c instanceof Error, "an error left in the chain: " + c);
         }
@@ -27,7 +28,7 @@ class FatalCauseTest {
     @Test
     void shouldPassACauseWithoutErrorsAsItIs() {
         IOException refused = new IOException("verbs: registering 4096 bytes failed");
-        assertSame(refused, ExecutorRuntime.withoutErrors(refused));
-        assertSame(null, ExecutorRuntime.withoutErrors(null));
+        assertSame(refused, MapOutputServer.withoutErrors(refused));
+        assertSame(null, MapOutputServer.withoutErrors(null));
     }
 }

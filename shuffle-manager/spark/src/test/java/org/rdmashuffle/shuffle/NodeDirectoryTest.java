@@ -13,6 +13,7 @@ import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.rpc.RpcEnv;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.rdmashuffle.shuffle.core.PeerDirectory;
 import org.rdmashuffle.transport.NodeAddress;
 
 /** The directory over a real Spark driver's RPC environment. */
@@ -38,7 +39,7 @@ class NodeDirectoryTest {
             assertNull(reducer.lookup("7"));
             exec1.forget("1");
             assertSame(found, reducer.lookup("1"), "the reducer's cache still names the withdrawn node");
-            NodeDirectory.Found now = reducer.recheck("1"); // a READ to it failed: ask afresh before blaming it
+            PeerDirectory.Found now = reducer.recheck("1"); // a READ to it failed: ask afresh before blaming it
             assertNull(now.address(), "a withdrawn node is still in the directory");
             assertFalse(now.removed());
             assertNull(reducer.lookup("1"));
@@ -64,7 +65,7 @@ class NodeDirectoryTest {
             endpoint.executorRemoved("2");
             assertEquals(b, reducer.lookup("2"), "the cache answers until asked afresh");
             assertTrue(reducer.removed("2"));
-            assertEquals(NodeDirectory.Found.GONE, reducer.find("2"));
+            assertEquals(PeerDirectory.Found.GONE, reducer.find("2"));
             exec2.register("2", b, 21);
             assertTrue(reducer.removed("2"), "a late registration of a removed executor is ignored");
             NodeDirectory.Client other = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);

@@ -382,7 +382,7 @@ class RdmaShuffleLocalClusterTest {
         for (int round = 0; round < 20 && withdrawn.size() < LocalCluster.EXECUTORS; round++) {
             withdrawn.addAll(cluster.sc.parallelize(List.of(0, 1, 2, 3, 4, 5, 6, 7), 8).map(x -> {
                 ExecutorRuntime rt = ((RdmaShuffleManager) SparkEnv.get().shuffleManager()).runtime();
-                ShuffleOutputTable t = rt.table(shuffleId, 6);
+                ShuffleOutputTable t = rt.server.table(shuffleId, 6);
                 for (int m = 0; m < 6; m++) {
                     t.remove(m);
                 }
@@ -521,7 +521,7 @@ class RdmaShuffleLocalClusterTest {
         // bring back a table nobody would remove.
         int cleaned = shuffles.iterator().next();
         List<Boolean> recreated = cluster.sc.parallelize(List.of(0, 1, 2, 3, 4, 5, 6, 7), 8).map(x ->
-                ((RdmaShuffleManager) SparkEnv.get().shuffleManager()).runtime().table(cleaned, 4) != null).collect();
+                ((RdmaShuffleManager) SparkEnv.get().shuffleManager()).runtime().server.table(cleaned, 4) != null).collect();
         assertFalse(recreated.contains(true), "an output table of cleaned shuffle " + cleaned + " was created again");
         java.lang.ref.Reference.reachabilityFence(held);
     }

@@ -1,0 +1,463 @@
+package org.rdmashuffle.shuffle;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+import org.apache.spark.SparkConf;
+import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
+import org.apache.spark.storage.BlockManagerId;
+import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.pool.BufferPoolException;
+import org.rdmashuffle.shuffle.core.BlockFetcher;
+import org.rdmashuffle.shuffle.core.FetchFailure;
+import org.rdmashuffle.transport.RegionDescriptor;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import scala.Tuple2;
+import scala.collection.Iterator;
+
+/**
+ * A reduce task's blocks READ from peers: every request handed to its {@link BlockFetcher} up front (a run
+ * of consecutive blocks of one map output per request), which posts them within its budget, so fetching
+ * overlaps decoding; each block landed is checked against the MapOutputTracker and opened slice by slice
+ * (a block whose decoding cannot start is READ again once, alone). Blocks that cannot be READ are handed to
+ * {@link SparkPathBlocks}: left unregistered at their peer, of a peer that withdrew its node, or — when this
+ * executor runs out of receive memory or pool room, or its own node failed — every block not READ yet.
+ *
+ * <p>Threads: everything here runs on the task thread; the fetcher's READs complete on the transport's
+ * completion threads, which only land bytes and wake the task ({@link BlockFetcher#next}). The maintenance
+ * thread is only asked to withdraw this executor's node when it is found failed.
+ *
+ * <p>Blame: a failed request ({@link #takeNext}), a block that does not match the tracker
+ * ({@link #checkSlices}), a block corrupt twice ({@link #openNextSlice}) or a streamed window that failed
+ * blames the peer through {@link FetchFailures#fetchFailed} — unless this executor's own node failed, or
+ * the peer withdrew its node ({@link FetchFailures#nodeWithdrawn}), or an external shuffle service serves
+ * the rest.
+ */
+final class RemoteBlocks implements AutoCloseable {
+    private static final Logger LOG = LoggerFactory.getLogger(RemoteBlocks.class);
+    /** Records of local blocks between two polls of the fetcher for pool room freed elsewhere. */
+    private static final int LOCAL_RECORDS_PER_PROGRESS = 1024;
+
+    private final ExecutorRuntime rt;
+    private final int shuffleId;
+    private final FetchFailures failures;
+    private final BlockDecoder decoder;
+    private final ShuffleReadMetricsReporter metrics;
+    private final SparkPathBlocks sparkPath;
+    private final SparkConf sparkConf;
+    private final BlockFetcher fetcher;
+    /** The blocks of each request the fetcher has not handed out yet, in partition order. */
+    private final Map<BlockFetcher.Request, List<BlockOrigin>> origins = new HashMap<>();
+    private final Map<BlockManagerId, RegionDescriptor> tables;
+    /** The incarnation of each peer's node this task READs from, by executor. */
+    private final Map<String, Long> incarnations;
+    private final int numPartitions;
+    /** Bytes (the tracker's upper bounds) one request for several blocks of a map output covers at most. */
+    private final long rangeBytes;
+    /** A failed READ sends the task's remaining blocks through Spark's client (an external shuffle service). */
+    private final boolean sparkAfterFailure;
+    /** Remote blocks found corrupt once and READ again; a second time fails the fetch. */
+    private final Set<BlockFetcher.Request> corruptOnce = new HashSet<>();
+    /** Peers whose node failed and left the directory (or was replaced) while this task READ from them. */
+    private final Set<String> withdrawnPeers = new HashSet<>();
+    /** Set once the READs were given up: the fetcher is closed. */
+    private boolean readsAbandoned;
+    /** Local records read since the fetcher last had a chance to move. */
+    private int localRecords;
+    private BlockFetcher.Block block;
+    /** The blocks {@link #block} holds, decoded one after the other, and the next one's index. */
+    private List<BlockOrigin> sliceOrigins;
+    private int nextSlice;
+
+    /**
+     * Opens the fetcher (from the runtime's node and pool); requests follow with {@link #queue}.
+     *
+     * @param tables the output table of each peer READ from
+     */
+    RemoteBlocks(ExecutorRuntime rt, int shuffleId, int numPartitions, SparkConf sparkConf,
+                 Map<BlockManagerId, RegionDescriptor> tables, Map<String, Long> incarnations,
+                 boolean sparkAfterFailure, FetchFailures failures, BlockDecoder decoder,
+                 ShuffleReadMetricsReporter metrics, SparkPathBlocks sparkPath) {
+        this.rt = rt;
+        this.shuffleId = shuffleId;
+        this.numPartitions = numPartitions;
+        this.sparkConf = sparkConf;
+        this.tables = tables;
+        this.incarnations = incarnations;
+        this.sparkAfterFailure = sparkAfterFailure;
+        this.failures = failures;
+        this.decoder = decoder;
+        this.metrics = metrics;
+        this.sparkPath = sparkPath;
+        this.rangeBytes = rt.pool.options().maxBufferBytes();
+        this.fetcher = new BlockFetcher(rt.node, rt.pool, rt.remote.metadataCache(shuffleId),
+                rt.conf.maxBytesInFlight(), rt.conf.maxReadsInFlightPerPeer(), rt.conf.readBlockSizeBytes(),
+                rt.conf.requestTimeoutMs());
+    }
+
+    /**
+     * Hands every request for {@code remote} to the fetcher. A map output's blocks of this task's partitions
+     * lie one after the other in its data file: one request fetches a run of them (AQE coalescing), up to a
+     * buffer's worth by the most bytes the tracker allows each block — not its reported size: past
+     * spark.shuffle.minNumPartitionsToHighlyCompress a MapStatus reports the map's average for every block
+     * under the accurate-size threshold, and a run grouped by averages could hold gigabytes. There every
+     * block goes alone, as before merging.
+     */
+    void queue(List<BlockOrigin> remote) {
+        Map<List<Object>, List<BlockOrigin>> byOutput = new LinkedHashMap<>();
+        for (BlockOrigin o : remote) {
+            byOutput.computeIfAbsent(List.of(o.address(), o.mapIndex(), o.blockId().mapId()),
+                    k -> new ArrayList<>()).add(o);
+        }
+        for (List<BlockOrigin> blocks : byOutput.values()) {
+            blocks.sort(Comparator.comparingInt(o -> o.blockId().reduceId()));
+            long[] bounds = new long[blocks.size()];
+            for (int i = 0; i < bounds.length; i++) {
+                bounds[i] = mostBytes(blocks.get(i));
+            }
+            int from = 0;
+            for (int to : RdmaShuffleReader.runEnds(bounds, rangeBytes)) {
+                addToFetcher(blocks.subList(from, to));
+                from = to;
+            }
+        }
+    }
+
+    /** The most bytes the tracker allows block {@code o}; never 0, as empty blocks are not fetched. */
+    private long mostBytes(BlockOrigin o) {
+        return SparkInterop.mostBytesOfBlock(o.reportedBytes(), numPartitions, sparkConf);
+    }
+
+    /**
+     * Queues one request for {@code blocks}: consecutive blocks (by reduce id) of one map output, whose
+     * partitions from the first to the last lie one after the other in its data file. Partitions
+     * between them that the tracker reports empty must hold no bytes at the peer ({@link #checkSlices}).
+     */
+    private void addToFetcher(List<BlockOrigin> blocks) {
+        BlockOrigin first = blocks.get(0);
+        long most = 0;
+        for (BlockOrigin o : blocks) {
+            long m = mostBytes(o);
+            most = m > Long.MAX_VALUE - most ? Long.MAX_VALUE : most + m;
+        }
+        // Reported sizes are never 0 here (empty blocks are skipped), and a MapStatus reports 0 only for
+        // empty blocks: each block holds at least one byte.
+        BlockFetcher.Expected expected = new BlockFetcher.Expected(numPartitions, blocks.size(), most);
+        BlockFetcher.Request r = new BlockFetcher.Request(first.peer(), tables.get(first.address()),
+                first.mapIndex(), first.blockId().mapId(), first.blockId().reduceId(),
+                blocks.get(blocks.size() - 1).blockId().reduceId() + 1, expected);
+        origins.put(r, List.copyOf(blocks));
+        addToFetcher(r);
+    }
+
+    private void addToFetcher(BlockFetcher.Request r) {
+        if (readsAbandoned) {
+            readRestThroughSpark(null);
+            return;
+        }
+        try {
+            fetcher.add(r);
+        } catch (BufferPoolException e) {
+            readRestThroughSpark(e);
+        }
+    }
+
+    /** Lets the fetcher post its next READs (between local blocks). */
+    void progress() {
+        if (readsAbandoned) {
+            return;
+        }
+        try {
+            fetcher.progress();
+        } catch (BufferPoolException e) {
+            readRestThroughSpark(e);
+        }
+    }
+
+    /**
+     * After each record of a local block: a large local block must not hold back the remote ones' next READs
+     * (slot, metadata, data): takes up what landed at once, and looks for freed pool room now and then. No
+     * allocation.
+     */
+    void afterLocalRecord() {
+        if (!readsAbandoned && (fetcher.hasLanded() || ++localRecords == LOCAL_RECORDS_PER_PROGRESS)) {
+            localRecords = 0;
+            progress();
+        }
+    }
+
+    /** Whether requests are still to be handed out by the fetcher. */
+    boolean hasOutstanding() {
+        return !readsAbandoned && fetcher.outstanding() > 0;
+    }
+
+    /** Whether the block taken last has slices not opened yet. */
+    boolean hasMoreSlices() {
+        return block != null && nextSlice < sliceOrigins.size();
+    }
+
+    /**
+     * Takes the next block from the fetcher (waiting for it), checked against the tracker; its slices are
+     * opened with {@link #openNextSlice}. A block its executor left unregistered, or a failure that blames
+     * nobody, hands blocks to Spark's path instead.
+     */
+    void takeNext() {
+        long t0 = System.nanoTime();
+        try {
+            block = fetcher.next();
+        } catch (BufferPoolException e) {
+            readRestThroughSpark(e);
+            return;
+        } catch (FetchFailure f) { // the peer's fault, unless this executor's own node failed
+            if (rt.failed()) {
+                ownNodeFailed(f);
+                return;
+            }
+            BlockOrigin o = blame(f);
+            if (f.isResult() && o.peer() != null && rt.conf.fallback() != RdmaShuffleConf.Fallback.NEVER
+                    && peerWithdrew(o)) {
+                sparkPath.later(origins.remove(f.request()));
+                return;
+            }
+            if (sparkAfterFailure) {
+                rt.remote.forgetPeer(o.address().executorId(), o.peer(), shuffleId); // fetchFailed does it otherwise
+                rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone
+                // An external shuffle service serves every executor's files, also of one that just went
+                // (released by dynamic allocation, killed): the rest comes through Spark's client.
+                rt.reads.noteSparkPath(o.address().executorId(), "a READ from it failed (" + f.getMessage()
+                        + "); this task's remaining blocks come through Spark's client and the external "
+                        + "shuffle service", true);
+                abandonReads();
+                return;
+            }
+            throw failures.fetchFailed(o, f);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted while fetching shuffle blocks", e);
+        } finally {
+            metrics.incFetchWaitTime(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0));
+        }
+        BlockFetcher.Request r = block.request();
+        List<BlockOrigin> os = origins.remove(r); // handed out: origins keeps only the requests still to come
+        if (block.unregistered()) {
+            String why = block.viaSparkReason();
+            releaseBlock();
+            BlockOrigin o = os.get(0);
+            if (why.equals(BlockFetcher.NOT_IN_TABLE) && rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
+                throw failures.fetchFailed(o, new FetchFailure(r, "executor " + o.address().executorId()
+                        + " does not hold map output " + o.mapIndex() + " in its output table (migrated there by "
+                        + "decommissioning, or lost) and fallback=never keeps readers off Spark's path", null));
+            }
+            rt.reads.noteSparkPath(o.address().executorId(), why, why.equals(BlockFetcher.NOT_IN_TABLE));
+            sparkPath.later(os);
+            return;
+        }
+        if (!block.streamed()) { // a streamed block counts its windows when it is released
+            metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
+        }
+        sliceOrigins = os;
+        nextSlice = 0;
+        checkSlices();
+    }
+
+    /**
+     * Checks each slice of the block just fetched against what the tracker says of it, before any is
+     * decoded: a block the tracker lists holds from 1 byte to the most its reported size allows, and the
+     * partitions between them (reported empty) hold nothing. A mismatch fails the fetch naming that block.
+     */
+    private void checkSlices() {
+        BlockFetcher.Request r = block.request();
+        long listed = 0;
+        for (BlockOrigin o : sliceOrigins) {
+            int p = o.blockId().reduceId();
+            long bytes = block.offsetOf(p + 1) - block.offsetOf(p);
+            if (bytes < 1 || bytes > mostBytes(o)) {
+                BlockOrigin failed = o;
+                releaseBlock();
+                throw failures.fetchFailed(failed, new FetchFailure(r, "map output at peer does not match "
+                        + "MapOutputTracker: block " + failed.blockId() + " holds " + bytes + " bytes there, the "
+                        + "tracker's size allows 1 to " + mostBytes(failed) + " (map index " + failed.mapIndex()
+                        + " at " + failed.peer() + ")", null));
+            }
+            listed += bytes;
+        }
+        if (listed != block.length()) {
+            BlockOrigin o = sliceOrigins.get(0);
+            long unlisted = block.length() - listed;
+            releaseBlock();
+            throw failures.fetchFailed(o, new FetchFailure(r, "map output at peer does not match MapOutputTracker: "
+                    + "partitions [" + r.startPartition() + ", " + r.endPartition() + ") hold " + unlisted
+                    + " bytes in partitions the tracker reports empty (map index " + o.mapIndex() + " at "
+                    + o.peer() + ")", null));
+        }
+    }
+
+    /**
+     * Opens the next block of the one taken: its bytes are a slice of the landed buffer, decoded on their
+     * own (each block is compressed and encrypted separately), with Spark's read metrics per block. A block
+     * whose decoding cannot start (corrupt) is READ again once, alone.
+     *
+     * @return its records, or null when it is READ again
+     */
+    Iterator<Tuple2<Object, Object>> openNextSlice() {
+        BlockOrigin o = sliceOrigins.get(nextSlice++);
+        int p = o.blockId().reduceId();
+        long from = block.offsetOf(p);
+        long to = block.offsetOf(p + 1);
+        metrics.incRemoteBlocksFetched(1);
+        metrics.incRemoteBytesRead(to - from);
+        InputStream raw = block.open(from, to);
+        if (block.streamed()) {
+            // larger than the pool's largest buffer: READ window by window as it is decoded; a window
+            // that fails mid-stream fails the fetch naming this block
+            raw = new StreamGuard(raw, e -> streamFailed(o, e));
+        }
+        try {
+            return decoder.records(o, raw, decoder.decode(o, raw));
+        } catch (IOException e) {
+            BlockFetcher.Request again = new BlockFetcher.Request(o.peer(), tables.get(o.address()), o.mapIndex(),
+                    o.blockId().mapId(), p, p + 1, new BlockFetcher.Expected(numPartitions, 1, mostBytes(o)));
+            if (!corruptOnce.add(again)) {
+                releaseBlock();
+                throw failures.fetchFailed(o, new FetchFailure(again, "block " + o.blockId() + " from "
+                        + o.address() + " is corrupt again after a second READ: " + e.getMessage(), e));
+            }
+            // as Spark's reader: the bytes may have been damaged on the way, READ them once more
+            LOG.warn("block {} from {} is corrupt ({}); reading it again", o.blockId(), o.address(), e.toString());
+            origins.put(again, List.of(o));
+            addToFetcher(again);
+            return null;
+        }
+    }
+
+    /** A streamed block's failed window: the FetchFailedException naming the block, or a task failure. */
+    private RuntimeException streamFailed(BlockOrigin o, BlockFetcher.StreamFailed e) {
+        releaseBlock(); // every window buffer back now
+        if (rt.failed()) {
+            // This executor's node failed mid-block: records of the block were handed on already, so it
+            // cannot switch to Spark's path; the task fails (and is retried) without blaming the peer.
+            rt.nodeFailureSeen();
+            return new IllegalStateException("this executor's RDMA node failed while block " + o.blockId()
+                    + " was streamed (" + rt.failureReason() + "); the task is retried", e);
+        }
+        return failures.fetchFailed(o, e.failure()); // forgets the peer's cached table and metadata too
+    }
+
+    /**
+     * When this executor cannot get memory for receive buffers — allocating or registering it failed
+     * (a locked-memory or mapping limit of the host, direct memory) — the blocks not yet READ are
+     * fetched through Spark's path instead, after the ones already taken: the serving executors'
+     * files are Spark's, so nothing is lost and no peer is blamed. Other pool trouble (at its own
+     * cap past the acquire timeout, interrupted), or {@code fallback=never}, fails the task.
+     * {@code e} null: the READs were given up already and new requests follow the rest.
+     */
+    private void readRestThroughSpark(BufferPoolException e) {
+        boolean nodeFailed = rt.failed(); // the pool closes with a failed node's runtime
+        if (e != null && (rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER
+                || !(e.memoryUnavailable() || e.exhausted() || nodeFailed))) {
+            throw e; // interrupted (a killed task), a size no buffer can hold, or fallback=never
+        }
+        if (!readsAbandoned && e != null) {
+            if (nodeFailed) {
+                rt.nodeFailureSeen();
+            } else if (e.exhausted()) {
+                rt.reads.notePoolExhausted(e);
+            } else {
+                rt.reads.noteReceiveMemoryUnavailable(e);
+            }
+        }
+        abandonReads();
+    }
+
+    /**
+     * This executor's own node failed (a transport loop or the device could not go on), which made a READ
+     * fail: nobody else is to blame. Every block not taken yet goes through Spark's path.
+     */
+    private void ownNodeFailed(FetchFailure f) {
+        rt.nodeFailureSeen();
+        LOG.debug("this executor's node failed ({}); the task's remaining blocks go through Spark's path",
+                rt.failureReason(), f);
+        abandonReads();
+    }
+
+    /**
+     * Whether the peer of a failed request withdrew its node (it failed) or replaced it since this task
+     * looked it up: then that request — and any later failure of this task's READs from that peer — goes
+     * through Spark's path. Asks the driver once per peer and task.
+     */
+    private boolean peerWithdrew(BlockOrigin o) {
+        String id = o.address().executorId();
+        if (withdrawnPeers.contains(id)) {
+            return true;
+        }
+        Long incarnation = incarnations.get(id);
+        String why = FetchFailures.nodeWithdrawn(rt, id, o.peer(), incarnation == null ? 0 : incarnation);
+        if (why == null) {
+            return false;
+        }
+        withdrawnPeers.add(id);
+        rt.remote.forgetPeer(id, o.peer(), shuffleId);
+        rt.reads.noteSparkPath(id, why);
+        return true;
+    }
+
+    /** Every request the fetcher has not handed out goes through Spark's path; no more READs. */
+    private void abandonReads() {
+        for (List<BlockOrigin> os : origins.values()) {
+            sparkPath.later(os);
+        }
+        origins.clear();
+        if (!readsAbandoned) {
+            readsAbandoned = true;
+            fetcher.close(); // buffers of READs still in flight come back as they land
+        }
+    }
+
+    /**
+     * The origin a failure names, else that of the oldest block still outstanding. A failure is a
+     * result for a request not handed out yet, so {@code origins} still holds it (never empty here).
+     */
+    private BlockOrigin blame(FetchFailure f) {
+        List<BlockOrigin> os = f.request() == null ? null : origins.get(f.request());
+        if (os == null) {
+            BlockFetcher.Request oldest = fetcher.oldestOutstanding();
+            os = oldest == null ? null : origins.get(oldest);
+        }
+        return (os != null ? os : origins.values().iterator().next()).get(0);
+    }
+
+    /** Gives the block taken last back (its buffer, or its windows), with its READ metrics if streamed. */
+    void releaseBlock() {
+        if (block != null) {
+            if (block.streamed()) {
+                // its windows were READ and waited for while it was decoded, not before it was handed out
+                metrics.incFetchWaitTime(TimeUnit.NANOSECONDS.toMillis(block.streamWaitNanos()));
+                metrics.incRemoteReqsDuration(TimeUnit.NANOSECONDS.toMillis(block.readNanos()));
+            }
+            block.close();
+            block = null;
+        }
+        sliceOrigins = null;
+    }
+
+    /**
+     * Gives the block back, closes the fetcher (buffers of READs in flight come back as they land) and
+     * reports its counters. Once only (the caller makes sure).
+     */
+    @Override
+    public void close() {
+        releaseBlock();
+        fetcher.close();
+        rt.reads.addControlBytesRead(fetcher.controlBytesRead());
+        rt.reads.addMetadataReadsAgain(fetcher.metadataReadsAgain());
+    }
+}
