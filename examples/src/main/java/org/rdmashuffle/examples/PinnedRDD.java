@@ -5,8 +5,8 @@ import org.apache.spark.Partition;
 import org.apache.spark.TaskContext;
 import org.apache.spark.rdd.RDD;
 import scala.collection.Iterator;
+import scala.collection.JavaConverters;
 import scala.collection.immutable.Seq;
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * Its parent's partitions, each with one preferred location: {@code executor_<host>_<executorId>}, so
@@ -47,8 +47,10 @@ final class PinnedRDD<T> extends RDD<T> {
         return firstParent(elementClassTag()).partitions();
     }
 
+    /** An immutable Seq: what RDD declares on Scala 2.13, a narrower (covariant) return on 2.12. */
     @Override
+    @SuppressWarnings("deprecation") // scala.collection.JavaConverters: the one converter Scala 2.12 and 2.13 share
     public Seq<String> getPreferredLocations(Partition split) {
-        return CollectionConverters.asScala(List.of(locations[split.index()])).toList();
+        return JavaConverters.asScalaBuffer(List.of(locations[split.index()])).toList();
     }
 }

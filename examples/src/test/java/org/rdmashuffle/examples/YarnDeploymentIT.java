@@ -23,6 +23,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.stream.Stream;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import java.util.zip.ZipFile;
 import org.apache.commons.lang3.exception.ExceptionUtils;
 import org.apache.hadoop.conf.Configuration;
@@ -47,9 +49,22 @@ import org.junit.jupiter.params.provider.ValueSource;
  * {@code HADOOP_CONF_DIR}, and Spark's own {@code spark-submit} (through {@link SparkLauncher}, from a
  * SPARK_HOME whose jars/ are Spark's with {@code spark-yarn}) submitting {@link DeployCheckJob} from the
  * packaged examples jar with {@code --master yarn}, in client and in cluster deploy mode, on two
- * executors of one core. The plugin reaches the driver and the executors only through {@code --jars}
- * (the packaged {@code rdma-shuffle-spark-*-plugin.jar}); Spark's jars come from the NodeManagers'
- * disk ({@code spark.yarn.jars=local:…}).
+ * executors of one core. Spark's jars come from the NodeManagers' disk ({@code spark.yarn.jars=local:…});
+ * the plugin (the line's packaged {@code rdma-shuffle-spark-<line>-plugin.jar}) is in neither the
+ * application jar nor Spark's jars, and reaches the containers through {@code --jars}, which YARN
+ * localizes into each container's working directory. What each Spark line needs beyond that:
+ * <ul>
+ *   <li>4.0 and later (the examples module, 4.2): nothing. The driver and the executors build the
+ *       shuffle manager through the application's class loader, which holds {@code --jars}.</li>
+ *   <li>3.5 (examples/lines/3.5_2.12): {@code spark.executor.extraClassPath=<the plugin jar's file
+ *       name>}, in client and in cluster mode. An executor builds its shuffle manager in
+ *       {@code SparkEnv.create} through the system class loader, before it fetches the application's
+ *       jars (changed by SPARK-45762 in 4.0); the bare name is the localized copy in the container's
+ *       working directory. The driver needs nothing more: it builds the manager through the thread's
+ *       context class loader, which holds {@code --jars} in client mode (spark-submit's loader) and in
+ *       cluster mode (the ApplicationMaster's user class loader).</li>
+ * </ul>
+ * The line is read from the SPARK_HOME's spark-core jar.
  *
  * <p>Each run must end FINISHED for the launcher and SUCCEEDED for YARN, with every RDD and SQL
  * result equal to the driver's own computation, the shuffle manager in place (no fallback) on the
@@ -66,6 +81,7 @@ class YarnDeploymentIT {
 
     private static Path work;
     private static Path sparkHome;
+    private static SparkLine line;
     private static Path hadoopConf;
     private static MiniYARNCluster yarn;
     private static YarnClient yarnClient;
@@ -86,6 +102,9 @@ class YarnDeploymentIT {
         deleteRecursively(work);
         Files.createDirectories(work);
         sparkHome = fakeSparkHome(builtSparkHome.toAbsolutePath().toRealPath());
+        line = SparkLine.of(builtSparkHome.resolve("jars"));
+        assertEquals(org.apache.spark.package$.MODULE$.SPARK_VERSION(), line.sparkVersion(),
+                "the SPARK_HOME's Spark release differs from the test's own class path");
 
         YarnConfiguration conf = new YarnConfiguration();
         conf.set(YarnConfiguration.RM_HOSTNAME, "localhost");
@@ -170,7 +189,8 @@ class YarnDeploymentIT {
         String appJar = existing("rdma.deploy.appJar");
         String pluginJar = existing("rdma.deploy.pluginJar");
         String javaHome = System.getProperty("java.home");
-        // The plugin must reach the driver and the executors through --jars alone.
+        // The plugin reaches the driver and the executors through --jars (and, before 4.0, the executors'
+        // class path: see below), never through the application jar or Spark's jars.
         assertFalse(containsManager(Path.of(appJar)), appJar + " holds the shuffle manager");
         try (Stream<Path> jars = Files.list(sparkHome.resolve("jars"))) {
             for (Path jar : (Iterable<Path>) jars::iterator) {
@@ -184,7 +204,7 @@ class YarnDeploymentIT {
         env.put("YARN_CONF_DIR", hadoopConf.toString());
         env.put("SPARK_HOME", sparkHome.toString());
         env.put("SPARK_CONF_DIR", sparkHome.resolve("conf").toString());
-        env.put("SPARK_SCALA_VERSION", "2.13");
+        env.put("SPARK_SCALA_VERSION", line.scalaVersion());
         env.put("SPARK_LOCAL_IP", "127.0.0.1");
         env.put("JAVA_HOME", javaHome);
         SparkLauncher launcher = new SparkLauncher(env)
@@ -214,6 +234,14 @@ class YarnDeploymentIT {
                 .addAppArgs("--result", result.toString(), "--executors", Integer.toString(EXECUTORS))
                 .redirectOutput(log.toFile())
                 .redirectError();
+        if (line.buildsManagerBeforeUserJars()) {
+            // YARN localizes --jars into each container's working directory, the executor's current
+            // directory: the jar's bare name puts it on the executor's own class path (Spark prepends
+            // extraClassPath to the container's CLASSPATH), where SparkEnv.create looks.
+            launcher.setConf(SparkLauncher.EXECUTOR_EXTRA_CLASSPATH, Path.of(pluginJar).getFileName().toString());
+        }
+        System.out.println(deployMode + ": Spark " + line.sparkVersion() + " (Scala " + line.scalaVersion()
+                + "), plugin on the executors' class path: " + line.buildsManagerBeforeUserJars());
 
         long t0 = System.nanoTime();
         SparkAppHandle handle = launcher.startApplication();
@@ -271,6 +299,30 @@ class YarnDeploymentIT {
             if (!handle.getState().isFinal()) {
                 kill(handle, appId);
             }
+        }
+    }
+
+    /** The Spark release of a SPARK_HOME, read from its spark-core jar's name ({@code spark-core_2.12-3.5.9.jar}). */
+    record SparkLine(String scalaVersion, String sparkVersion) {
+        private static final Pattern SPARK_CORE = Pattern.compile("spark-core_(\\d+\\.\\d+)-(\\d+\\.\\d+\\.\\d+.*)\\.jar");
+
+        static SparkLine of(Path jars) throws IOException {
+            try (Stream<Path> files = Files.list(jars)) {
+                String name = files.map(f -> f.getFileName().toString()).filter(n -> SPARK_CORE.matcher(n).matches())
+                        .findFirst().orElseThrow(() -> new IllegalStateException("no spark-core jar in " + jars));
+                Matcher m = SPARK_CORE.matcher(name);
+                m.matches();
+                return new SparkLine(m.group(1), m.group(2));
+            }
+        }
+
+        /**
+         * Before 4.0 an executor builds its ShuffleManager in SparkEnv.create through the system class
+         * loader, before it fetches the application's jars (SPARK-45762 made it lazy, through the
+         * application's class loader, in 4.0).
+         */
+        boolean buildsManagerBeforeUserJars() {
+            return Integer.parseInt(sparkVersion.substring(0, sparkVersion.indexOf('.'))) < 4;
         }
     }
 
