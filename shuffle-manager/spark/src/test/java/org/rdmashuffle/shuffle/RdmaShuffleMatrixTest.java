@@ -28,10 +28,9 @@ class RdmaShuffleMatrixTest {
 
     @ParameterizedTest(name = "{0} serializer, codec {1}, encryption {2}")
     @CsvSource({
+        // each serializer uncompressed or compressed, each codec, encryption: four applications, not the
+        // seven of every combination (each costs a cluster start; the Spark lines' budget in CI needs it)
         "kryo, none, false",
-        "kryo, lz4, false",
-        "kryo, zstd, false",
-        "java, none, false",
         "java, lz4, false",
         "java, zstd, false",
         "kryo, lz4, true",
