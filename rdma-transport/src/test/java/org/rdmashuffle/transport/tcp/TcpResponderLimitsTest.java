@@ -304,7 +304,8 @@ class TcpResponderLimitsTest {
                     maxSeen = Math.max(maxSeen, server.servedConnections());
                 }
                 assertTrue(maxSeen <= 200, "served " + maxSeen + " connections, cap 200");
-                assertTrue(server.connectionsRefused() > 0, "nothing refused past the cap of 200 connections");
+                // refusals are counted as the responder accepts, which may trail the connects on a loaded machine
+                await(() -> server.connectionsRefused() > 0, 20, "nothing refused past the cap of 200 connections");
                 // A good client still gets in (retrying past "busy") and is served byte for byte.
                 assertServedByteForByte(server, clientConf, a, content, 777, 3 << 20);
                 await(() -> server.servedConnections() == 0, 20, "idle and half-open connections closed ("
