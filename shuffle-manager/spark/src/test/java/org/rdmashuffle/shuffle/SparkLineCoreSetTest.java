@@ -86,28 +86,12 @@ class SparkLineCoreSetTest {
         return sorted.size() + " " + keys.hashCode() + " " + digest; // the key order, and every value once
     }
 
-    /** In-process {@code local[2]}: Spark's sort shuffle (or whatever {@code conf} sets) without executor JVMs. */
-    private static SparkSession local(SparkConf conf) {
-        return SparkSession.builder().config(conf.setMaster("local[2]").setAppName("rdma-shuffle-core-set")
-                .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
-                .set("spark.driver.bindAddress", "127.0.0.1")).getOrCreate();
-    }
-
-    private static void stop(SparkSession s) {
-        s.stop();
-        SparkSession.clearActiveSession();
-        SparkSession.clearDefaultSession();
-    }
-
     @BeforeAll
     void runOnSortShuffleThenStartRdma() throws IOException {
         LocalCluster.assumeSparkHome();
         markers = Files.createTempDirectory("rdma-shuffle-core-set-");
-        SparkSession sort = local(authenticated(new SparkConf()));
-        try {
-            JOBS.forEach((name, job) -> expected.put(name, job.apply(sort)));
-        } finally {
-            stop(sort);
+        try (LocalCluster sort = LocalCluster.inProcess(authenticated(LocalCluster.conf(false)))) {
+            JOBS.forEach((name, job) -> expected.put(name, job.apply(sort.spark)));
         }
         // Spark has set up its logging by now: an appender added here stays for the rest of the class.
         capture = new AbstractAppender("rdma-shuffle-core-set", null, null, true, Property.EMPTY_ARRAY) {
@@ -235,14 +219,9 @@ class SparkLineCoreSetTest {
         cluster.close();
         cluster = null;
         warnings.clear();
-        SparkSession s = local(authenticated(new SparkConf())
-                .set("spark.shuffle.manager", RdmaShuffleManager.class.getName())
-                .set("spark.shuffle.rdma.provider", "tcp")
-                .set("spark.network.crypto.enabled", "true"));
-        try {
-            assertEquals(expected.get("groupByKey"), groupByKey(JavaSparkContext.fromSparkContext(s.sparkContext())));
-        } finally {
-            stop(s);
+        try (LocalCluster s = LocalCluster.inProcess(authenticated(LocalCluster.conf(true))
+                .set("spark.network.crypto.enabled", "true"))) {
+            assertEquals(expected.get("groupByKey"), groupByKey(s.sc));
         }
         List<String> fallback = warnings.stream()
                 .filter(w -> w.contains("every shuffle of this application uses Spark's sort shuffle")
