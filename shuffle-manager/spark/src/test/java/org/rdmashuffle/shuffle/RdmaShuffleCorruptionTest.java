@@ -141,8 +141,13 @@ class RdmaShuffleCorruptionTest {
                     .set("spark.shuffle.detectCorrupt.useExtraMemory", Boolean.toString(early)), expected);
             assertFalse(rdma.isEmpty(), "rdma-shuffle did not report the corrupt map output (useExtraMemory="
                     + early + ")");
+            // The corrupt block is reported as corrupt. A reducer of the same stage attempt still running when
+            // the map is rerun may then READ the replaced output and fail on its stale key, on the same executor.
+            assertTrue(rdma.stream().anyMatch(f -> f.message().contains("corrupt")),
+                    "no fetch failure names the corruption: " + rdma);
             for (FetchFailed f : rdma) {
-                assertTrue(f.message().contains("corrupt"), "fetch failure for another reason: " + f.message());
+                assertTrue(f.message().contains("corrupt") || f.message().contains("stale rkey"),
+                        "fetch failure for another reason: " + f.message());
             }
         }
     }

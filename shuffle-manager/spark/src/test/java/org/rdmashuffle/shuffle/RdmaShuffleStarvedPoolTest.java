@@ -73,7 +73,11 @@ class RdmaShuffleStarvedPoolTest {
                 .set("spark.shuffle.rdma.pool.maxBufferSize", "256k")
                 .set("spark.shuffle.rdma.pool.chunkSize", "256k")
                 .set("spark.shuffle.rdma.pool.maxRegisteredBytes", "1m") // four buffers per executor
-                .set("spark.shuffle.rdma.pool.acquireTimeout", "500ms");
+                .set("spark.shuffle.rdma.pool.acquireTimeout", "500ms")
+                // four reducers on each executor at once, wherever the map outputs are: without these a skewed
+                // map placement holds reducers back for locality and they no longer overlap (seen once in CI)
+                .set("spark.locality.wait", "0s")
+                .set("spark.shuffle.reduceLocality.enabled", "false");
         try (LocalCluster cluster = new LocalCluster(conf)) {
             List<String> got = slowDigests(cluster);
             cluster.drainEvents();
