@@ -78,11 +78,17 @@ final class Cluster {
 
     /**
      * What every comparison run sets on top of its workload's settings: the jars executors load,
-     * the user's {@code --conf} settings, and — for the rdma runs — the shuffle manager.
+     * the user's {@code --conf} settings, and — for the rdma runs — the shuffle manager. On a
+     * {@code local-cluster} master every executor is on one host, where both shuffles would read the other
+     * executors' blocks from disk ({@code spark.shuffle.readHostLocalDisk}, on by default) and nothing
+     * would cross between executors: there it is off for both, unless {@code --conf} sets it.
      */
     static SparkConf configure(SparkConf conf, boolean rdma, String jars, List<String[]> extra) {
         if (!jars.isEmpty()) {
             conf.set("spark.jars", jars);
+        }
+        if (conf.get("spark.master", "").startsWith("local-cluster")) {
+            conf.set("spark.shuffle.readHostLocalDisk", "false");
         }
         for (String[] kv : extra) {
             conf.set(kv[0], kv[1]);

@@ -221,6 +221,9 @@ class YarnDeploymentIT {
                 .setConf("spark.executor.instances", Integer.toString(EXECUTORS))
                 .setConf("spark.executor.cores", "1")
                 .setConf("spark.executor.memory", "512m")
+                // both NodeManagers are on this host: with Spark's default the executors would read each
+                // other's blocks from disk (spark.shuffle.readHostLocalDisk) and none would be READ
+                .setConf("spark.shuffle.readHostLocalDisk", "false")
                 .setConf(SparkLauncher.DRIVER_MEMORY, "768m")
                 .setConf("spark.yarn.am.memory", "512m")
                 .setConf("spark.yarn.jars", "local:" + sparkHome.resolve("jars") + "/*")

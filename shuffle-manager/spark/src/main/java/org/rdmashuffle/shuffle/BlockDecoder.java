@@ -3,10 +3,12 @@ package org.rdmashuffle.shuffle;
 import java.io.FilterInputStream;
 import java.io.IOException;
 import java.io.InputStream;
+import java.util.function.Supplier;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.serializer.SerializerInstance;
 import org.apache.spark.serializer.SerializerManager;
 import org.rdmashuffle.shuffle.core.FetchFailure;
+import org.slf4j.LoggerFactory;
 import scala.Tuple2;
 import scala.collection.Iterator;
 
@@ -53,11 +55,14 @@ final class BlockDecoder {
      * The records of a block {@link #decode decoded} from {@code raw}: with {@code spark.shuffle.detectCorrupt}
      * and a compressed or encrypted block, an {@code IOException} while its records are read (a corrupt byte)
      * becomes the {@code FetchFailedException} Spark's reader throws, naming the block's map output, so Spark
-     * reruns that map instead of failing the task until the job aborts.
+     * reruns that map instead of failing the task until the job aborts. Its message is then the cause
+     * {@code diagnosis} gives (Spark's sentence, asked of the serving side with the block's checksum), when
+     * it gives one.
      */
-    Iterator<Tuple2<Object, Object>> records(BlockOrigin o, InputStream raw, InputStream decoded) {
+    Iterator<Tuple2<Object, Object>> records(BlockOrigin o, InputStream raw, InputStream decoded,
+                                             Supplier<String> diagnosis) {
         return SparkInterop.records(serializer, decoded == raw || !detectCorrupt ? decoded
-                : new CorruptionGuard(o, decoded));
+                : new CorruptionGuard(o, decoded, diagnosis));
     }
 
     /** The records of a stream Spark's fetcher decoded (and checked) already. */
@@ -67,15 +72,24 @@ final class BlockDecoder {
 
     private final class CorruptionGuard extends FilterInputStream {
         private final BlockOrigin origin;
+        private final Supplier<String> diagnosis;
 
-        CorruptionGuard(BlockOrigin origin, InputStream decoded) {
+        CorruptionGuard(BlockOrigin origin, InputStream decoded, Supplier<String> diagnosis) {
             super(decoded);
             this.origin = origin;
+            this.diagnosis = diagnosis;
         }
 
         private RuntimeException corrupt(IOException e) {
-            return failures.fetchFailed(origin, new FetchFailure(null, "block " + origin.blockId() + " from "
-                    + origin.address() + " is corrupt: " + e.getMessage(), e));
+            String why = null;
+            try {
+                why = diagnosis.get();
+            } catch (RuntimeException d) {
+                LoggerFactory.getLogger(BlockDecoder.class).warn("cannot diagnose corrupt block {}", origin.blockId(), d);
+            }
+            return failures.fetchFailed(origin, new FetchFailure(null, why != null ? why + " (from " + origin.address()
+                    + ": " + e.getMessage() + ")" : "block " + origin.blockId() + " from " + origin.address()
+                    + " is corrupt: " + e.getMessage(), e));
         }
 
         @Override

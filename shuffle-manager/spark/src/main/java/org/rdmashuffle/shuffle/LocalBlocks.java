@@ -15,14 +15,18 @@ import scala.collection.Iterator;
 
 /**
  * A reduce task's blocks written on this executor, read straight from disk through Spark's block resolver,
- * one open at a time, with Spark's local read metrics. On the task thread. A block that cannot be opened or
- * decoded blames this executor's map output ({@link FetchFailures#fetchFailed}), as Spark's reader does.
+ * one open at a time (with batch fetch, each map output's run of them as one block, as Spark's reader reads
+ * them), with Spark's local read metrics. On the task thread. A block that cannot be opened or decoded
+ * blames this executor's map output ({@link FetchFailures#fetchFailed}), as Spark's reader does; one found
+ * corrupt while its records are read is diagnosed first ({@link CorruptionDiagnosis}).
  */
 final class LocalBlocks implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(LocalBlocks.class);
 
-    private final List<BlockOrigin> blocks;
+    /** What is opened as one block: a block, or a batch of one map output's blocks. */
+    private final List<List<BlockOrigin>> units;
     private final ShuffleBlockResolver resolver;
+    private final CorruptionDiagnosis diagnosis;
     private final BlockDecoder decoder;
     private final FetchFailures failures;
     private final ShuffleReadMetricsReporter metrics;
@@ -30,17 +34,18 @@ final class LocalBlocks implements AutoCloseable {
     /** The open block's stream, or null. */
     private InputStream stream;
 
-    LocalBlocks(List<BlockOrigin> blocks, ShuffleBlockResolver resolver, BlockDecoder decoder,
-                FetchFailures failures, ShuffleReadMetricsReporter metrics) {
-        this.blocks = blocks;
+    LocalBlocks(List<BlockOrigin> blocks, boolean batch, ShuffleBlockResolver resolver, CorruptionDiagnosis diagnosis,
+                BlockDecoder decoder, FetchFailures failures, ShuffleReadMetricsReporter metrics) {
+        this.units = BlockOrigin.units(blocks, batch);
         this.resolver = resolver;
+        this.diagnosis = diagnosis;
         this.decoder = decoder;
         this.failures = failures;
         this.metrics = metrics;
     }
 
     boolean hasNext() {
-        return next < blocks.size();
+        return next < units.size();
     }
 
     /** Whether a block is open (its records are being read). */
@@ -50,20 +55,25 @@ final class LocalBlocks implements AutoCloseable {
 
     /** Opens the next block; the caller closes the previous one first ({@link #closeStream}). */
     Iterator<Tuple2<Object, Object>> openNext() {
-        BlockOrigin o = blocks.get(next++);
+        List<BlockOrigin> unit = units.get(next++);
+        BlockOrigin o = unit.get(0);
+        org.apache.spark.storage.BlockId id = BlockOrigin.unitId(unit);
         InputStream decoded;
         try {
-            ManagedBuffer data = resolver.getBlockData(o.blockId(), Option.empty());
+            ManagedBuffer data = resolver.getBlockData(id, Option.empty());
             stream = data.createInputStream();
             metrics.incLocalBlocksFetched(1);
             metrics.incLocalBytesRead(data.size());
             decoded = decoder.decode(o, stream);
         } catch (IOException | RuntimeException e) {
             // as Spark's reader: a local block that cannot be opened or decoded fails the fetch at once
-            throw failures.fetchFailed(o, new FetchFailure(null, "cannot read local block " + o.blockId() + ": "
+            throw failures.fetchFailed(o, new FetchFailure(null, "cannot read local block " + id + ": "
                     + e.getMessage(), e));
         }
-        return decoder.records(o, stream, decoded);
+        return decoder.records(o, stream, decoded, unit.size() > 1
+                ? () -> diagnosis.notDiagnosed(o.blockId(), id + " is a batch; checksums are kept per block")
+                : () -> diagnosis.diagnose(o.address(), o.blockId(),
+                        () -> resolver.getBlockData(o.blockId(), Option.empty()).createInputStream()));
     }
 
     /** Closes the open block's stream, if any. */

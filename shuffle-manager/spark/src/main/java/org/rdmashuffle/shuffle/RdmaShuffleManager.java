@@ -69,12 +69,14 @@ public final class RdmaShuffleManager implements ShuffleManager {
      *     stayed at its cap past its acquire timeout
      * @param nodeFailed 1 while the current node has failed (withdrawn, not yet replaced), else 0
      * @param nodeRestarts nodes started after one failed, in this executor's life
+     * @param hostLocalBlocks blocks of other executors on this host its reducers read from their disk
+     *     ({@code spark.shuffle.readHostLocalDisk}, as Spark's reader does) instead of READing them
      */
     public record ExecutorStats(String executorId, NodeStats node, BufferPoolStats pool, List<Integer> shuffles,
                                 long registeredOutputBytes, long controlBytesRead, long unregisteredOutputs,
                                 long unregisteredOutputBytes, long receiveMemoryFallbacks, long blocksViaSpark,
                                 long peersForgotten, long orphanShufflesDropped, long metadataReadsAgain,
-                                long poolExhaustedTasks, long nodeFailed, long nodeRestarts)
+                                long poolExhaustedTasks, long nodeFailed, long nodeRestarts, long hostLocalBlocks)
             implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
     }

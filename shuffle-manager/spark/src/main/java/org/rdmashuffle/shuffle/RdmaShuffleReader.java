@@ -31,7 +31,9 @@ import scala.collection.JavaConverters;
 
 /**
  * A reduce task's reader: plans where each block comes from — this executor's disk, one-sided READs from
- * the peer's node, or Spark's own fetcher for peers that cannot serve READs to this executor — and reads
+ * the peer's node, or Spark's own fetcher: for peers that cannot serve READs to this executor, and, as
+ * Spark's reader does with {@code spark.shuffle.readHostLocalDisk} (on by default), for other executors on
+ * this host, whose files it reads from their disk — and reads
  * them through {@link TaskBlocks}, each decoded through Spark's SerializerManager and the shuffle's
  * serializer, then aggregated and sorted as Spark's own reader does. Reports Spark's shuffle read metrics
  * and merges them into the task's when done. A block that cannot be fetched becomes a
@@ -87,7 +89,10 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         String ourProvider = rt.node.localAddress().provider();
         // With an external shuffle service, a removed executor's files are still served (by the service):
         // its blocks go through Spark's client, the other executors' by READ.
-        boolean ess = SparkInterop.externalShuffleService(SparkEnv.get().conf());
+        SparkEnv env = SparkEnv.get();
+        boolean ess = SparkInterop.externalShuffleService(env.conf());
+        // As Spark's reader: blocks of another executor on this host are read from its disk, not fetched.
+        String hostLocal = SparkInterop.readsHostLocalDisk(env) ? env.blockManager().blockManagerId().host() : null;
         if (ess) {
             rt.remote.refreshRemoved(); // at most once a second per executor
         }
@@ -97,8 +102,10 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
         Map<String, Long> incarnations = new HashMap<>(); // of the peers' nodes READ from, by executor
         // Blocks of peers that cannot serve READs to this executor: fetched as Spark's reader fetches them.
         Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> viaSpark = new LinkedHashMap<>();
+        // Blocks of other executors on this host: Spark's fetcher reads them from their disk.
+        Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> fromHostDisk = new LinkedHashMap<>();
         Iterator<Tuple2<BlockManagerId, scala.collection.Seq<Tuple3<BlockId, Object, Object>>>> byAddress =
-                SparkEnv.get().mapOutputTracker().getMapSizesByExecutorId(shuffleId, startMapIndex, endMapIndex,
+                env.mapOutputTracker().getMapSizesByExecutorId(shuffleId, startMapIndex, endMapIndex,
                         startPartition, endPartition);
         while (byAddress.hasNext()) {
             Tuple2<BlockManagerId, scala.collection.Seq<Tuple3<BlockId, Object, Object>>> entry = byAddress.next();
@@ -128,6 +135,10 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 }
                 rt.reads.noteSparkPath(bm.executorId(), why + "; the external shuffle service serves its files", true);
                 viaSpark.put(bm, BlockOrigin.tracked(blocks));
+                continue;
+            }
+            if (bm.host().equals(hostLocal) && !bm.executorId().equals(rt.executorId)) {
+                fromHostDisk.put(bm, BlockOrigin.tracked(blocks));
                 continue;
             }
             if (peer == null) {
@@ -189,7 +200,8 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             }
         }
         return decodeAndCombine(new TaskBlocks(manager, rt, shuffleId, handle.dependency(), context, metrics, failures,
-                local, remote, tables, incarnations, viaSpark, ess && !never));
+                local, remote, tables, incarnations, viaSpark, fromHostDisk,
+                SparkInterop.batchFetch(handle.dependency(), startPartition, endPartition, context), ess && !never));
     }
 
     /**

@@ -67,6 +67,7 @@ final class RdmaShuffleSource implements Source {
         gauge("fallback.receiveMemoryTasks", s -> s.receiveMemoryFallbacks());
         gauge("fallback.blocksViaSpark", s -> s.blocksViaSpark());
         gauge("fallback.poolExhaustedTasks", s -> s.poolExhaustedTasks());
+        gauge("fetch.hostLocalBlocks", s -> s.hostLocalBlocks());
         gauge("fetch.peersForgotten", s -> s.peersForgotten());
         gauge("fetch.metadataReadsAgain", s -> s.metadataReadsAgain());
         gauge("registrations.orphanShufflesDropped", s -> s.orphanShufflesDropped());

@@ -14,6 +14,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.spark.SparkConf;
 import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
 import org.apache.spark.storage.BlockManagerId;
+import org.apache.spark.storage.ShuffleBlockId;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPoolException;
 import org.rdmashuffle.shuffle.core.BlockFetcher;
@@ -65,6 +66,9 @@ final class RemoteBlocks implements AutoCloseable {
     private final long rangeBytes;
     /** A failed READ sends the task's remaining blocks through Spark's client (an external shuffle service). */
     private final boolean sparkAfterFailure;
+    /** Each request's blocks are decoded as one block, as Spark's batch fetch does ({@link SparkInterop#batchFetch}). */
+    private final boolean batch;
+    private final CorruptionDiagnosis diagnosis;
     /** Remote blocks found corrupt once and READ again; a second time fails the fetch. */
     private final Set<BlockFetcher.Request> corruptOnce = new HashSet<>();
     /** Peers whose node failed and left the directory (or was replaced) while this task READ from them. */
@@ -84,9 +88,11 @@ final class RemoteBlocks implements AutoCloseable {
      * @param tables the output table of each peer READ from
      */
     RemoteBlocks(ExecutorRuntime rt, int shuffleId, int numPartitions, SparkConf sparkConf,
-                 Map<BlockManagerId, RegionDescriptor> tables, Map<String, Long> incarnations,
+                 Map<BlockManagerId, RegionDescriptor> tables, Map<String, Long> incarnations, boolean batch,
                  boolean sparkAfterFailure, FetchFailures failures, BlockDecoder decoder,
-                 ShuffleReadMetricsReporter metrics, SparkPathBlocks sparkPath) {
+                 CorruptionDiagnosis diagnosis, ShuffleReadMetricsReporter metrics, SparkPathBlocks sparkPath) {
+        this.batch = batch;
+        this.diagnosis = diagnosis;
         this.rt = rt;
         this.shuffleId = shuffleId;
         this.numPartitions = numPartitions;
@@ -303,16 +309,21 @@ final class RemoteBlocks implements AutoCloseable {
 
     /**
      * Opens the next block of the one taken: its bytes are a slice of the landed buffer, decoded on their
-     * own (each block is compressed and encrypted separately), with Spark's read metrics per block. A block
-     * whose decoding cannot start (corrupt) is READ again once, alone.
+     * own (each block is compressed and encrypted separately), with Spark's read metrics per block — or, with
+     * batch fetch, every block of the request as one stream and one block, as Spark's reader fetches a batch.
+     * A block whose decoding cannot start (corrupt) is READ again once, alone; corrupt again, it fails the
+     * fetch with the cause {@link CorruptionDiagnosis} finds.
      *
      * @return its records, or null when it is READ again
      */
     Iterator<Tuple2<Object, Object>> openNextSlice() {
-        BlockOrigin o = sliceOrigins.get(nextSlice++);
-        int p = o.blockId().reduceId();
-        long from = block.offsetOf(p);
-        long to = block.offsetOf(p + 1);
+        List<BlockOrigin> unit = List.copyOf(sliceOrigins.subList(nextSlice, batch ? sliceOrigins.size() : nextSlice + 1));
+        nextSlice += unit.size();
+        BlockOrigin o = unit.get(0);
+        int first = o.blockId().reduceId();
+        int end = unit.get(unit.size() - 1).blockId().reduceId() + 1;
+        long from = block.offsetOf(first);
+        long to = block.offsetOf(end);
         metrics.incRemoteBlocksFetched(1);
         metrics.incRemoteBytesRead(to - from);
         InputStream raw = block.open(from, to);
@@ -321,22 +332,49 @@ final class RemoteBlocks implements AutoCloseable {
             // that fails mid-stream fails the fetch naming this block
             raw = new StreamGuard(raw, e -> streamFailed(o, e));
         }
+        BlockFetcher.Block landed = block;
         try {
-            return decoder.records(o, raw, decoder.decode(o, raw));
+            return decoder.records(o, raw, decoder.decode(o, raw), () -> diagnose(landed, unit, from, to));
         } catch (IOException e) {
+            long most = 0;
+            for (BlockOrigin u : unit) {
+                most += mostBytes(u);
+            }
             BlockFetcher.Request again = new BlockFetcher.Request(o.peer(), tables.get(o.address()), o.mapIndex(),
-                    o.blockId().mapId(), p, p + 1, new BlockFetcher.Expected(numPartitions, 1, mostBytes(o)));
+                    o.blockId().mapId(), first, end, new BlockFetcher.Expected(numPartitions, unit.size(), most));
             if (!corruptOnce.add(again)) {
+                String why = diagnose(landed, unit, from, to);
                 releaseBlock();
-                throw failures.fetchFailed(o, new FetchFailure(again, "block " + o.blockId() + " from "
-                        + o.address() + " is corrupt again after a second READ: " + e.getMessage(), e));
+                throw failures.fetchFailed(o, new FetchFailure(again, why != null ? why + " (again after a second "
+                        + "READ from " + o.address() + ": " + e.getMessage() + ")" : "block " + BlockOrigin.unitId(unit)
+                        + " from " + o.address() + " is corrupt again after a second READ: " + e.getMessage(), e));
             }
             // as Spark's reader: the bytes may have been damaged on the way, READ them once more
-            LOG.warn("block {} from {} is corrupt ({}); reading it again", o.blockId(), o.address(), e.toString());
-            origins.put(again, List.of(o));
+            LOG.warn("block {} from {} is corrupt ({}); reading it again", BlockOrigin.unitId(unit), o.address(),
+                    e.toString());
+            origins.put(again, unit);
             addToFetcher(again);
             return null;
         }
+    }
+
+    /**
+     * Why the block {@code unit} (bytes {@code [from, to)} of {@code landed}) is corrupt, in Spark's words, asked
+     * of its executor with the checksum of its bytes as they landed; null when shuffle checksums are off. A
+     * batch is not diagnosed (checksums are kept per block, as Spark's reader does not diagnose batches), nor
+     * a streamed block, whose windows are gone.
+     */
+    private String diagnose(BlockFetcher.Block landed, List<BlockOrigin> unit, long from, long to) {
+        ShuffleBlockId id = unit.get(0).blockId();
+        if (unit.size() > 1) {
+            return diagnosis.notDiagnosed(id, BlockOrigin.unitId(unit) + " was fetched as a batch; checksums are "
+                    + "kept per block");
+        }
+        if (landed != block || landed.streamed()) {
+            return diagnosis.notDiagnosed(id, "it was READ window by window, larger than a receive buffer, and its "
+                    + "bytes as they landed are not kept");
+        }
+        return diagnosis.diagnose(unit.get(0).address(), id, landed.bytes().position((int) from).limit((int) to));
     }
 
     /** A streamed block's failed window: the FetchFailedException naming the block, or a task failure. */

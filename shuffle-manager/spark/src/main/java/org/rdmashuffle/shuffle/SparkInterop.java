@@ -108,12 +108,13 @@ public final class SparkInterop {
      * Spark's own fetcher over {@code blocksByAddress} (the MapOutputTracker's entries, as it gave
      * them): blocks through the executors' block managers, as Spark's reader fetches them, with Spark's
      * settings for bytes and requests in flight, corruption detection and checksums. Each stream comes
-     * decrypted and decompressed; the iterator releases what it holds when the task ends.
+     * decrypted and decompressed; the iterator releases what it holds when the task ends. With {@code batch}
+     * ({@link #batchFetch}) it fetches each map output's run of blocks as one, as Spark's reader does.
      */
     @SuppressWarnings("deprecation") // scala.collection.JavaConverters: the one converter Scala 2.12 and 2.13 share
     public static scala.collection.Iterator<Tuple2<BlockId, InputStream>> fetchThroughSpark(
             TaskContext context, java.util.Map<BlockManagerId, java.util.List<Tuple3<BlockId, Object, Object>>> blocksByAddress,
-            ShuffleReadMetricsReporter metrics) {
+            ShuffleReadMetricsReporter metrics, boolean batch) {
         SparkEnv env = SparkEnv.get();
         SparkConf c = env.conf();
         java.util.List<Tuple2<BlockManagerId, scala.collection.Seq<Tuple3<BlockId, Object, Object>>>> list =
@@ -132,7 +133,7 @@ public final class SparkInterop {
                 (Integer) c.get(k.SHUFFLE_MAX_ATTEMPTS_ON_NETTY_OOM()),
                 detectCorrupt(c), detectCorruptUseExtraMemory(c),
                 (Boolean) c.get(k.SHUFFLE_CHECKSUM_ENABLED()), (String) c.get(k.SHUFFLE_CHECKSUM_ALGORITHM()),
-                metrics, false, new SystemClock());
+                metrics, batch, new SystemClock());
     }
 
     /**
@@ -182,6 +183,47 @@ public final class SparkInterop {
             CONSTRUCTOR = six != null ? six : five;
             NO_CHECKSUMS = six != null ? java.lang.reflect.Array.newInstance(six.getParameterTypes()[5].getComponentType(), 0) : null;
         }
+    }
+
+    /**
+     * Whether this executor's Spark reads blocks of other executors on its host from their disk
+     * ({@code spark.shuffle.readHostLocalDisk}, on by default, without {@code spark.shuffle.useOldFetchProtocol}):
+     * its block manager then has a host-local directory manager, which Spark's fetcher asks for their
+     * directories.
+     */
+    public static boolean readsHostLocalDisk(SparkEnv env) {
+        return env.blockManager().hostLocalDirManager().isDefined();
+    }
+
+    /** {@code spark.shuffle.checksum.enabled}: whether map outputs carry checksums to diagnose corruption with. */
+    public static boolean shuffleChecksumEnabled(SparkConf conf) {
+        return (Boolean) conf.get(package$.MODULE$.SHUFFLE_CHECKSUM_ENABLED());
+    }
+
+    /** {@code spark.shuffle.checksum.algorithm}. */
+    public static String shuffleChecksumAlgorithm(SparkConf conf) {
+        return (String) conf.get(package$.MODULE$.SHUFFLE_CHECKSUM_ALGORITHM());
+    }
+
+    /**
+     * Whether a reduce task of partitions {@code [start, end)} fetches each map output's run of its partitions
+     * as one block, decoded as one stream, as Spark's reader does: asked for by the task
+     * ({@code spark.sql.adaptive.fetchShuffleBlocksInBatch} sets a local property on AQE's coalesced reads)
+     * and possible — a serializer whose records can be relocated, no compression or a codec whose streams
+     * concatenate, neither the old fetch protocol nor I/O encryption.
+     */
+    public static boolean batchFetch(org.apache.spark.ShuffleDependency<?, ?, ?> dep, int start, int end,
+                                     TaskContext context) {
+        if (!org.apache.spark.shuffle.sort.SortShuffleManager$.MODULE$.canUseBatchFetch(start, end, context)
+                || !dep.serializer().supportsRelocationOfSerializedObjects()) {
+            return false;
+        }
+        SparkConf c = SparkEnv.get().conf();
+        package$ k = package$.MODULE$;
+        boolean compressed = (Boolean) c.get(k.SHUFFLE_COMPRESS());
+        return (!compressed || org.apache.spark.io.CompressionCodec$.MODULE$.supportsConcatenationOfSerializedStreams(
+                org.apache.spark.io.CompressionCodec$.MODULE$.createCodec(c)))
+                && !(Boolean) c.get(k.SHUFFLE_USE_OLD_FETCH_PROTOCOL()) && !(Boolean) c.get(k.IO_ENCRYPTION_ENABLED());
     }
 
     /** {@code spark.shuffle.detectCorrupt}: whether a corrupt compressed or encrypted block fails the fetch. */

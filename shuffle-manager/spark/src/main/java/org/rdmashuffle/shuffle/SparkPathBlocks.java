@@ -19,7 +19,8 @@ import scala.collection.Iterator;
 
 /**
  * A reduce task's blocks that are not READ, fetched by Spark's own fetcher (which reports Spark's metrics
- * and checks corruption itself): those of peers that cannot serve READs to this executor, started at once,
+ * and checks corruption itself): those of other executors on this host (which it reads from their disk,
+ * {@code spark.shuffle.readHostLocalDisk}) and of peers that cannot serve READs to this executor, started at once,
  * and those handed over while READing ({@link #later}: left unregistered at their peer, of a peer that
  * withdrew its node, or every block not READ yet once the READs were given up), fetched after the rest.
  * On the task thread; Spark's fetcher runs its own threads. Blames nobody: Spark's fetcher throws its own
@@ -32,6 +33,8 @@ final class SparkPathBlocks implements AutoCloseable {
     private final ShuffleReadMetricsReporter metrics;
     private final ReadAccounting reads;
     private final BlockDecoder decoder;
+    /** Whether Spark's fetcher fetches each map output's run of blocks as one ({@link SparkInterop#batchFetch}). */
+    private final boolean batch;
     /** Spark's own fetcher over blocks that are not READ, or null. */
     private Iterator<Tuple2<BlockId, InputStream>> fetching;
     /** Blocks handed over while READing: fetched by Spark's path last. */
@@ -40,18 +43,33 @@ final class SparkPathBlocks implements AutoCloseable {
     private InputStream stream;
 
     SparkPathBlocks(TaskContext context, ShuffleReadMetricsReporter metrics, ReadAccounting reads,
-                    BlockDecoder decoder) {
+                    BlockDecoder decoder, boolean batch) {
+        this.batch = batch;
         this.context = context;
         this.metrics = metrics;
         this.reads = reads;
         this.decoder = decoder;
     }
 
-    /** Starts fetching {@code now}, the blocks taken through Spark's path from the start (none: nothing). */
-    void start(Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> now) {
-        if (!now.isEmpty()) {
-            fetching = fetch(now);
+    /**
+     * Starts fetching, in one Spark fetcher, {@code now} — blocks taken through Spark's path from the start —
+     * and {@code fromHostDisk} — blocks of other executors on this host, which Spark's fetcher reads from
+     * their disk (counted apart: not a fallback). Both empty: nothing.
+     */
+    void start(Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> now,
+               Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> fromHostDisk) {
+        if (now.isEmpty() && fromHostDisk.isEmpty()) {
+            return;
         }
+        long n = 0;
+        for (List<Tuple3<BlockId, Object, Object>> l : fromHostDisk.values()) {
+            n += l.size();
+        }
+        reads.countHostLocalBlocks(n);
+        Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> all = new LinkedHashMap<>(now);
+        all.putAll(fromHostDisk); // different executors: no key in both
+        countViaSpark(now);
+        fetching = SparkInterop.fetchThroughSpark(context, all, metrics, batch);
     }
 
     /** Hands {@code block} of the executor at {@code address} to Spark's path, fetched after the rest. */
@@ -68,12 +86,16 @@ final class SparkPathBlocks implements AutoCloseable {
 
     private Iterator<Tuple2<BlockId, InputStream>> fetch(
             Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> blocks) {
+        countViaSpark(blocks);
+        return SparkInterop.fetchThroughSpark(context, blocks, metrics, batch);
+    }
+
+    private void countViaSpark(Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> blocks) {
         long n = 0;
         for (List<Tuple3<BlockId, Object, Object>> l : blocks.values()) {
             n += l.size();
         }
         reads.countBlocksViaSpark(n);
-        return SparkInterop.fetchThroughSpark(context, blocks, metrics);
     }
 
     /**

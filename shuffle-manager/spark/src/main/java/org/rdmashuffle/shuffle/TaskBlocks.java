@@ -20,8 +20,9 @@ import scala.collection.Iterator;
 /**
  * Every record of a reduce task's blocks, from three sources one after the other: local blocks from disk
  * first ({@link LocalBlocks}, read while the remote ones are in flight), then the blocks READ from peers
- * ({@link RemoteBlocks}), then those fetched by Spark's own fetcher ({@link SparkPathBlocks}: peers that
- * cannot serve READs, and blocks handed over while READing). One block is open at a time. Counts records
+ * ({@link RemoteBlocks}), then those fetched by Spark's own fetcher ({@link SparkPathBlocks}: other
+ * executors' blocks on this host, read from their disk; peers that cannot serve READs; blocks handed over
+ * while READing). One block is open at a time. Counts records
  * read; merges the task's shuffle read metrics when done.
  *
  * <p>Threads: a task's iterator, used on its task thread only; {@link #close} also runs from the task's
@@ -48,6 +49,9 @@ final class TaskBlocks extends AbstractIterator<Product2<Object, Object>> implem
      * @param tables the output table of each peer READ from
      * @param incarnations the incarnation of each peer's node READ from, by executor
      * @param viaSpark blocks of peers that cannot serve READs to this executor
+     * @param fromHostDisk blocks of other executors on this host, read from their disk by Spark's fetcher
+     * @param batch each map output's run of consecutive blocks is fetched and decoded as one block, as
+     *     Spark's reader does ({@link SparkInterop#batchFetch})
      * @param sparkAfterFailure a failed READ sends the remaining blocks through Spark's client (an external
      *     shuffle service serves every executor's files)
      */
@@ -55,19 +59,21 @@ final class TaskBlocks extends AbstractIterator<Product2<Object, Object>> implem
                TaskContext context, ShuffleReadMetricsReporter metrics, FetchFailures failures,
                List<BlockOrigin> local, List<BlockOrigin> remoteBlocks, Map<BlockManagerId, RegionDescriptor> tables,
                Map<String, Long> incarnations, Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> viaSpark,
+               Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> fromHostDisk, boolean batch,
                boolean sparkAfterFailure) {
         this.context = context;
         this.metrics = metrics;
         SparkEnv env = SparkEnv.get();
         BlockDecoder decoder = new BlockDecoder(env, dep.serializer().newInstance(), failures,
                 rt.conf.maxBytesInFlight());
-        this.local = new LocalBlocks(local, manager.shuffleBlockResolver(), decoder, failures, metrics);
-        this.sparkPath = new SparkPathBlocks(context, metrics, rt.reads, decoder);
+        CorruptionDiagnosis diagnosis = new CorruptionDiagnosis(env);
+        this.local = new LocalBlocks(local, batch, manager.shuffleBlockResolver(), diagnosis, decoder, failures, metrics);
+        this.sparkPath = new SparkPathBlocks(context, metrics, rt.reads, decoder, batch);
         this.remote = new RemoteBlocks(rt, shuffleId, dep.partitioner().numPartitions(), env.conf(), tables,
-                incarnations, sparkAfterFailure, failures, decoder, metrics, sparkPath);
+                incarnations, batch, sparkAfterFailure, failures, decoder, diagnosis, metrics, sparkPath);
         context.addTaskCompletionListener((TaskCompletionListener) c -> close());
         remote.queue(remoteBlocks);
-        sparkPath.start(viaSpark); // fetching starts now
+        sparkPath.start(viaSpark, fromHostDisk); // fetching starts now
     }
 
     // hasNext and next run once per record: they stay small, and what happens once per block (open,

@@ -170,7 +170,11 @@ final class LocalCluster implements AutoCloseable {
                 .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
                 .set("spark.driver.bindAddress", "127.0.0.1")
                 .set("spark.jars", pluginJar())
-                .set("spark.shuffle.rdma.provider", "tcp");
+                .set("spark.shuffle.rdma.provider", "tcp")
+                // Every executor of a local cluster is on 127.0.0.1: with Spark's default both shuffles would read
+                // each other's blocks from disk, and nothing would cross between executors. Tests of that
+                // behaviour (RdmaShuffleSparkLikeReadsTest) set it back.
+                .set("spark.shuffle.readHostLocalDisk", "false");
         if (SparkLines.version().startsWith("3.")) {
             // Before 4.0 an executor builds its ShuffleManager before it fetches spark.jars (SPARK-45762):
             // the manager must be on the executor's own class path, as docs/deploying.md tells users.

@@ -27,7 +27,7 @@ import org.junit.jupiter.api.Timeout;
  * A byte flipped in a committed map output (in every partition of one map's data file, after the map
  * stage ran) is found wherever Spark's own shuffle finds it — compressed blocks with
  * {@code spark.shuffle.detectCorrupt} — and ends as Spark's does: a {@code FetchFailedException} for
- * that map, the map rerun, and every record right. Spark's sort shuffle runs the same job first, to
+ * that map naming the cause Spark's checksums find ({@code DISK_ISSUE}), the map rerun, and every record right. Spark's sort shuffle runs the same job first, to
  * show that it recovers too.
  */
 class RdmaShuffleCorruptionTest {
@@ -145,6 +145,10 @@ class RdmaShuffleCorruptionTest {
             // the map is rerun may then READ the replaced output and fail on its stale key, on the same executor.
             assertTrue(rdma.stream().anyMatch(f -> f.message().contains("corrupt")),
                     "no fetch failure names the corruption: " + rdma);
+            // Spark's shuffle checksums (on by default) tell where: the byte was flipped on disk, after the writer
+            // stored its checksum, and the failure says so in Spark's words
+            assertTrue(rdma.stream().anyMatch(f -> f.message().contains("is corrupted due to DISK_ISSUE")),
+                    "no fetch failure names the cause DISK_ISSUE (useExtraMemory=" + early + "): " + rdma);
             for (FetchFailed f : rdma) {
                 assertTrue(f.message().contains("corrupt") || f.message().contains("stale rkey"),
                         "fetch failure for another reason: " + f.message());

@@ -59,6 +59,8 @@ class SparkLineCoreSetTest {
             "sqlSkew", RdmaShuffleLocalClusterTest::sqlSkew));
 
     private final Map<String, Object> expected = new TreeMap<>();
+    /** Blocks and bytes the sort shuffle fetched for sqlCoalesceMany ({@link SparkLikeReadsTest#fetched}). */
+    private long[] sortBatch;
     private final List<String> warnings = new CopyOnWriteArrayList<>();
     private AbstractAppender capture;
     private LocalCluster cluster;
@@ -92,6 +94,9 @@ class SparkLineCoreSetTest {
         markers = Files.createTempDirectory("rdma-shuffle-core-set-");
         try (LocalCluster sort = LocalCluster.inProcess(authenticated(LocalCluster.conf(false)))) {
             JOBS.forEach((name, job) -> expected.put(name, job.apply(sort.spark)));
+            int from = sort.stagesCompleted();
+            expected.put("sqlCoalesceMany", RdmaShuffleLocalClusterTest.sqlCoalesceMany(sort.spark));
+            sortBatch = SparkLikeReadsTest.fetched(sort, from);
         }
         // Spark has set up its logging by now: an appender added here stays for the rest of the class.
         capture = new AbstractAppender("rdma-shuffle-core-set", null, null, true, Property.EMPTY_ARRAY) {
@@ -148,8 +153,30 @@ class SparkLineCoreSetTest {
         assertTrue(cluster.recorder.fetchFailures.isEmpty(), cluster.recorder.fetchFailures.toString());
     }
 
+    /**
+     * AQE's coalesced reads ask for batch fetch ({@code spark.sql.adaptive.fetchShuffleBlocksInBatch}): Spark's
+     * reader then fetches each map output's run of the task's partitions as one block and decodes it as one
+     * stream. READ the same way, the blocks and bytes fetched are Spark's.
+     */
     @Test
     @Order(2)
+    @Timeout(300)
+    void shouldFetchEachMapOutputsRunOfCoalescedPartitionsAsOneBlockAsSparksBatchFetchDoes() {
+        Map<String, LocalCluster.ExecutorProbe> before = cluster.probe();
+        int from = cluster.stagesCompleted();
+        assertEquals(expected.get("sqlCoalesceMany"), RdmaShuffleLocalClusterTest.sqlCoalesceMany(cluster.spark));
+        long[] rdma = SparkLikeReadsTest.fetched(cluster, from);
+        Map<String, LocalCluster.ExecutorProbe> after = cluster.probe();
+        assertEquals(true, ((List<?>) expected.get("sqlCoalesceMany")).get(1), "AQE did not coalesce partitions");
+        assertTrue(rdma[1] > 0 && LocalCluster.growth(before, after, s -> s.node().readsCompleted()) > 0,
+                "no block was READ: " + java.util.Arrays.toString(rdma));
+        assertEquals(sortBatch[0] + sortBatch[1], rdma[0] + rdma[1], "blocks fetched (a batch counts once) against "
+                + "Spark's sort shuffle: " + java.util.Arrays.toString(sortBatch) + " vs " + java.util.Arrays.toString(rdma));
+        assertEquals(sortBatch[2] + sortBatch[3], rdma[2] + rdma[3], "bytes fetched against Spark's sort shuffle");
+    }
+
+    @Test
+    @Order(3)
     @Timeout(300)
     void shouldGiveBackEveryReceiveBufferWhenReduceTasksAreKilledMidRead() throws Exception {
         int reducers = 4;
@@ -192,7 +219,7 @@ class SparkLineCoreSetTest {
     }
 
     @Test
-    @Order(3)
+    @Order(4)
     @Timeout(300)
     void shouldRerunTheMapsOfAKilledExecutorAndStillMatchSortShuffle() throws Exception {
         LocalCluster.assumeKill();
@@ -213,7 +240,7 @@ class SparkLineCoreSetTest {
     }
 
     @Test
-    @Order(4)
+    @Order(5)
     @Timeout(300)
     void shouldFallBackToSortShuffleWithItsLogLineWhenAskedToEncryptInTransit() {
         cluster.close();

@@ -27,6 +27,7 @@ public final class ReadAccounting {
     private final LongAdder poolExhaustedFallbacks = new LongAdder();
     private final AtomicBoolean warnedPoolExhausted = new AtomicBoolean();
     private final LongAdder blocksViaSpark = new LongAdder();
+    private final LongAdder hostLocalBlocks = new LongAdder();
     private final LongAdder controlBytesRead = new LongAdder();
     private final LongAdder metadataReadsAgain = new LongAdder();
 
@@ -104,6 +105,14 @@ public final class ReadAccounting {
         blocksViaSpark.add(n);
     }
 
+    /**
+     * Counts blocks of other executors on this host that reducers read from those executors' disk (as
+     * Spark's {@code spark.shuffle.readHostLocalDisk} does) instead of READing them: not a fallback.
+     */
+    public void countHostLocalBlocks(long n) {
+        hostLocalBlocks.add(n);
+    }
+
     /** Counts bytes fetchers READ from output tables and metadata (not block data). */
     public void addControlBytesRead(long bytes) {
         controlBytesRead.add(bytes);
@@ -119,6 +128,10 @@ public final class ReadAccounting {
 
     public long blocksViaSpark() {
         return blocksViaSpark.sum();
+    }
+
+    public long hostLocalBlocks() {
+        return hostLocalBlocks.sum();
     }
 
     public long controlBytesRead() {
