@@ -2,6 +2,7 @@ package org.rdmashuffle.shuffle;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.io.PushbackInputStream;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.HashMap;
@@ -324,14 +325,18 @@ final class RemoteBlocks implements AutoCloseable {
         int end = unit.get(unit.size() - 1).blockId().reduceId() + 1;
         long from = block.offsetOf(first);
         long to = block.offsetOf(end);
-        metrics.incRemoteBlocksFetched(1);
-        metrics.incRemoteBytesRead(to - from);
         InputStream raw = block.open(from, to);
         if (block.streamed()) {
             // larger than the pool's largest buffer: READ window by window as it is decoded; a window
             // that fails mid-stream fails the fetch naming this block
+            raw = firstWindow(raw, unit);
+            if (raw == null) {
+                return null; // no pool room for it: this block and the rest go through Spark's path
+            }
             raw = new StreamGuard(raw, e -> streamFailed(o, e));
         }
+        metrics.incRemoteBlocksFetched(1);
+        metrics.incRemoteBytesRead(to - from);
         BlockFetcher.Block landed = block;
         try {
             return decoder.records(o, raw, decoder.decode(o, raw), () -> diagnose(landed, unit, from, to));
@@ -355,6 +360,35 @@ final class RemoteBlocks implements AutoCloseable {
             origins.put(again, unit);
             addToFetcher(again);
             return null;
+        }
+    }
+
+    /**
+     * Waits for a streamed block's first window before anything of it is decoded: when the pool has no room
+     * for it past its acquire timeout (or cannot get memory), no record of the block has been handed on yet,
+     * so the block, the rest of the request and every block not READ yet go through Spark's path instead of
+     * failing the task. Later windows come while records are handed on, and a failure there fails the task.
+     *
+     * @return the stream with its first byte at hand, or null when the blocks went to Spark's path
+     */
+    private InputStream firstWindow(InputStream raw, List<BlockOrigin> unit) {
+        PushbackInputStream s = new PushbackInputStream(raw, 1);
+        try {
+            int b = s.read();
+            if (b >= 0) {
+                s.unread(b);
+            }
+            return s;
+        } catch (BufferPoolException e) {
+            List<BlockOrigin> rest = List.copyOf(sliceOrigins.subList(nextSlice - unit.size(), sliceOrigins.size()));
+            releaseBlock();
+            sparkPath.later(rest);
+            readRestThroughSpark(e); // rethrows what is not the pool's room or the host's memory, or fallback=never
+            return null;
+        } catch (BlockFetcher.StreamFailed e) {
+            throw streamFailed(unit.get(0), e);
+        } catch (IOException e) { // a window's bytes are in memory: reading them cannot fail
+            throw new IllegalStateException(e);
         }
     }
 

@@ -64,15 +64,30 @@ class RdmaShuffleStarvedPoolTest {
     @Test
     @Timeout(600)
     void shouldReadThroughSparksPathInsteadOfFailingWhenSlowConsumersHoldThePoolPastTheAcquireTimeout() {
+        starveAndRead("256k", "1m");
+    }
+
+    /**
+     * The same with every block larger than the pool's largest buffer (~200 KB blocks, 64 KiB buffers), so
+     * each is READ window by window as it is decoded: a reducer whose first window finds no room in time has
+     * handed on no record of that block yet, and takes it and the rest through Spark's path.
+     */
+    @Test
+    @Timeout(600)
+    void shouldReadThroughSparksPathWhenAStreamedBlocksFirstWindowFindsNoRoomInThePoolInTime() {
+        starveAndRead("64k", "256k");
+    }
+
+    private static void starveAndRead(String bufferSize, String poolCap) {
         List<String> expected;
         try (LocalCluster sort = LocalCluster.inProcess(conf(false))) {
             expected = slowDigests(sort);
         }
         SparkConf conf = conf(true)
                 .set("spark.shuffle.rdma.localBlocksFromDisk", "false")
-                .set("spark.shuffle.rdma.pool.maxBufferSize", "256k")
-                .set("spark.shuffle.rdma.pool.chunkSize", "256k")
-                .set("spark.shuffle.rdma.pool.maxRegisteredBytes", "1m") // four buffers per executor
+                .set("spark.shuffle.rdma.pool.maxBufferSize", bufferSize)
+                .set("spark.shuffle.rdma.pool.chunkSize", bufferSize)
+                .set("spark.shuffle.rdma.pool.maxRegisteredBytes", poolCap) // four buffers per executor
                 .set("spark.shuffle.rdma.pool.acquireTimeout", "500ms")
                 // four reducers on each executor at once, wherever the map outputs are: without these a skewed
                 // map placement holds reducers back for locality and they no longer overlap (seen once in CI)

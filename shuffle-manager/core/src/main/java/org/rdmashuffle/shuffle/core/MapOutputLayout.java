@@ -38,7 +38,13 @@ public final class MapOutputLayout {
         this.partitionOffsets = partitionOffsets.clone();
         this.maxRegionBytes = maxRegionBytes;
         long total = totalBytes();
-        this.regionCount = (int) ((total + maxRegionBytes - 1) / maxRegionBytes);
+        long regions = (total + maxRegionBytes - 1) / maxRegionBytes;
+        if (regions > ShuffleOutputTable.MAX_REGIONS) {
+            throw new IllegalArgumentException("a map output of " + total + " bytes in regions of " + maxRegionBytes
+                    + " bytes takes " + regions + " regions, more than " + ShuffleOutputTable.MAX_REGIONS
+                    + " (raise spark.shuffle.rdma.maxRegionSize)");
+        }
+        this.regionCount = (int) regions;
     }
 
     public int numPartitions() {

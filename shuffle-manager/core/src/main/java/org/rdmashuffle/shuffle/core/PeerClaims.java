@@ -55,6 +55,9 @@ final class PeerClaims {
      * boundary ({@link ShuffleOutputTable}); else it must fit one buffer. Wrong, the slot may be torn.
      */
     static String metadataLength(Request r, int regionCount, long lengthBytes) {
+        if (regionCount > ShuffleOutputTable.MAX_REGIONS) {
+            return regionCount + " regions, more than any map output has (" + ShuffleOutputTable.MAX_REGIONS + ")";
+        }
         int partitions = r.expected().numPartitions();
         if (partitions == Expected.UNKNOWN_PARTITIONS) {
             if (lengthBytes < ShuffleOutputTable.META_HEADER_BYTES + 8 || lengthBytes > Integer.MAX_VALUE - 8) {

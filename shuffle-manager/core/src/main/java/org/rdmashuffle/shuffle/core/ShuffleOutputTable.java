@@ -32,6 +32,13 @@ import org.rdmashuffle.transport.RegionDescriptor;
  */
 public final class ShuffleOutputTable implements AutoCloseable {
     public static final int SLOT_BYTES = 32;
+    /**
+     * The most regions one map output may have: a writer leaves a larger output to the engine's path
+     * ({@link MapOutputLayout}), and a reader refuses metadata that claims more before it allocates a
+     * descriptor for each — a lying peer could otherwise claim millions of 1-byte regions and fill the
+     * reader's heap. 65,536 regions of the default 1 GiB are 64 TiB; of the smallest, 4 KiB, 256 MiB.
+     */
+    public static final int MAX_REGIONS = 1 << 16;
     static final int META_HEADER_BYTES = 24;
     static final int STATE_EMPTY = 0;
     static final int STATE_PUBLISHED = 1;
@@ -221,7 +228,7 @@ public final class ShuffleOutputTable implements AutoCloseable {
             int numPartitions = m.getInt();
             long maxRegion = m.getLong();
             long mapId = m.getLong();
-            if (regionCount < 0 || numPartitions < 0
+            if (regionCount < 0 || regionCount > MAX_REGIONS || numPartitions < 0
                     || m.remaining() < (long) regionCount * RegionDescriptor.ENCODED_BYTES) {
                 throw new IllegalArgumentException("corrupt map output metadata: " + regionCount + " regions, "
                         + numPartitions + " partitions in " + b.remaining() + " bytes");

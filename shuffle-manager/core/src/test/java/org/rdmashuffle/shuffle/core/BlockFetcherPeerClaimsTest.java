@@ -230,6 +230,49 @@ class BlockFetcherPeerClaimsTest {
         }
     }
 
+    /**
+     * A lying peer's slot claims two million regions (1-byte ones would do), with a metadata length that fits
+     * them exactly and stays far below the pool's cap: refused from the slot, before a buffer is taken for the
+     * metadata or a descriptor allocated for each region — a reader's heap is not the peer's to fill.
+     */
+    @Test
+    @Timeout(60)
+    void shouldRefuseASlotClaimingMoreRegionsThanAnyMapOutputHasBeforeTakingABufferOrParsingThem(@TempDir Path dir)
+            throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             ShuffleOutputTable table = publish(executor, dir);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
+            int regions = 2_000_000;
+            long claimed = ShuffleOutputTable.metadataBytes(regions, PARTS);
+            assertTrue(claimed < CONF.poolMaxRegisteredBytes(), "claimed " + claimed);
+            ByteBuffer slots = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
+            RegionDescriptor real = table.descriptor();
+            slots.putInt(1).putInt(regions).putLong(0).putLong(real.address()).putInt(real.rkey())
+                    .putInt((int) claimed).clear();
+            try (MemoryRegion forged = executor.register(slots, RegionAccess.REMOTE_READ)) {
+                BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), forged.descriptor(), 0, 0,
+                        2, 3, new BlockFetcher.Expected(PARTS, 1, 1 << 20));
+                FetchFailure f = failureOf(fetcher, r);
+                assertTrue(f.getMessage().contains("2000000 regions, more than any map output has"), f.getMessage());
+                assertEquals(1 + PeerClaims.MAX_TORN_SLOT_READS, pool.stats().acquires(),
+                        "only the slot's buffers may be taken: " + pool.stats());
+                assertEquals(0, pool.stats().inUseBuffers());
+            }
+        }
+        // the same claim in metadata itself is refused before a descriptor is allocated
+        ByteBuffer header = ByteBuffer.allocate(64).putInt(ShuffleOutputTable.MAX_REGIONS + 1).putInt(PARTS)
+                .putLong(1).putLong(0).clear();
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ShuffleOutputTable.Metadata
+                .parse(header, new RegionDescriptor(0, ShuffleOutputTable.metadataBytes(
+                        ShuffleOutputTable.MAX_REGIONS + 1, PARTS), 1)));
+        assertTrue(e.getMessage().contains((ShuffleOutputTable.MAX_REGIONS + 1) + " regions"), e.getMessage());
+        // and a writer leaves such an output to the engine's path rather than publish it
+        assertThrows(IllegalArgumentException.class, () -> new MapOutputLayout(
+                new long[] {0, (ShuffleOutputTable.MAX_REGIONS + 1L) * 4096}, 4096));
+    }
+
     @Test
     @Timeout(60)
     void shouldFailTheFetchWhenAPeerListsOffsetsThatCannotBe() throws Exception {
