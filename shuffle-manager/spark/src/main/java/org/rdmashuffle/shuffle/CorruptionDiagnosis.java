@@ -60,10 +60,8 @@ final class CorruptionDiagnosis {
         if (algorithm == null) {
             return null;
         }
-        Checksum c;
-        try {
-            c = ShuffleChecksumHelper.getChecksumByAlgorithm(algorithm);
-        } catch (UnsupportedOperationException e) {
+        Checksum c = newChecksum();
+        if (c == null) {
             return sentence(id, Cause.UNSUPPORTED_CHECKSUM_ALGORITHM);
         }
         c.update(received.duplicate());
@@ -78,10 +76,8 @@ final class CorruptionDiagnosis {
         if (algorithm == null) {
             return null;
         }
-        Checksum c;
-        try {
-            c = ShuffleChecksumHelper.getChecksumByAlgorithm(algorithm);
-        } catch (UnsupportedOperationException e) {
+        Checksum c = newChecksum();
+        if (c == null) {
             return sentence(id, Cause.UNSUPPORTED_CHECKSUM_ALGORITHM);
         }
         byte[] chunk = new byte[ShuffleChecksumHelper.CHECKSUM_CALCULATION_BUFFER];
@@ -94,6 +90,15 @@ final class CorruptionDiagnosis {
             return sentence(id, Cause.UNKNOWN_ISSUE);
         }
         return ask(address, id, c.getValue());
+    }
+
+    /** A checksum of the configured algorithm, or null when Spark does not know it. */
+    private Checksum newChecksum() {
+        try {
+            return ShuffleChecksumHelper.getChecksumByAlgorithm(algorithm);
+        } catch (UnsupportedOperationException e) {
+            return null;
+        }
     }
 
     /** Spark's sentence for a block that cannot be diagnosed, with why. */

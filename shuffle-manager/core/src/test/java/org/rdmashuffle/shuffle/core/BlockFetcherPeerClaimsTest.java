@@ -83,6 +83,33 @@ class BlockFetcherPeerClaimsTest {
         }
     }
 
+    /**
+     * Fetches through a forged slot claiming {@code regions} regions, with a metadata length that fits them and
+     * the shuffle's partitions exactly; checks that only the slot's buffers were taken and none is left in use.
+     *
+     * @return the failure's message
+     */
+    private String failureOfASlotClaiming(Path dir, int regions) throws Exception {
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             ShuffleOutputTable table = publish(executor, dir);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
+            ByteBuffer slots = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
+            RegionDescriptor real = table.descriptor();
+            slots.putInt(1).putInt(regions).putLong(0).putLong(real.address()).putInt(real.rkey())
+                    .putInt((int) ShuffleOutputTable.metadataBytes(regions, PARTS)).clear();
+            try (MemoryRegion forged = executor.register(slots, RegionAccess.REMOTE_READ)) {
+                FetchFailure f = failureOf(fetcher, new BlockFetcher.Request(executor.localAddress(),
+                        forged.descriptor(), 0, 0, 2, 3, new BlockFetcher.Expected(PARTS, 1, 1 << 20)));
+                assertEquals(1 + PeerClaims.MAX_TORN_SLOT_READS, pool.stats().acquires(),
+                        "only the slot's buffers may be taken: " + pool.stats());
+                assertEquals(0, pool.stats().inUseBuffers());
+                return f.getMessage();
+            }
+        }
+    }
+
     private static FetchFailure failureOf(BlockFetcher fetcher, BlockFetcher.Request r) {
         fetcher.add(r);
         FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
@@ -200,34 +227,15 @@ class BlockFetcherPeerClaimsTest {
     @Timeout(60)
     void shouldBlameThePeerNotThisExecutorWhenASlotClaimsMoreRegionsThanThePoolCouldEverHold(@TempDir Path dir)
             throws Exception {
-        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
-             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
-             ShuffleOutputTable table = publish(executor, dir);
-             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
-             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
-            // A lying peer's slot: 70 million regions, and a metadata length that fits them and the shuffle's
-            // partitions exactly, so the length check passes: its header and descriptors alone would be 1.1 GB,
-            // above the pool's cap (1 GiB).
-            int regions = 70_000_000;
-            long claimed = ShuffleOutputTable.metadataBytes(regions, PARTS);
-            assertTrue(claimed > CONF.poolMaxRegisteredBytes() && claimed < Integer.MAX_VALUE, "claimed " + claimed);
-            ByteBuffer slots = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
-            RegionDescriptor real = table.descriptor();
-            slots.putInt(1).putInt(regions).putLong(0).putLong(real.address()).putInt(real.rkey())
-                    .putInt((int) claimed).clear();
-            try (MemoryRegion forged = executor.register(slots, RegionAccess.REMOTE_READ)) {
-                BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), forged.descriptor(), 0, 0,
-                        2, 3, new BlockFetcher.Expected(PARTS, 1, 1 << 20));
-                fetcher.add(r);
-                // before: a BufferPoolException ("exceeds the cap"), which blames no peer and fails the task
-                FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
-                assertEquals(r, f.request());
-                assertTrue(f.getMessage().contains("corrupt output table"), f.getMessage());
-                assertEquals(1 + PeerClaims.MAX_TORN_SLOT_READS, pool.stats().acquires(),
-                        "only the slot's buffers may be taken: " + pool.stats());
-                assertEquals(0, pool.stats().inUseBuffers());
-            }
-        }
+        // A lying peer's slot: 70 million regions, and a metadata length that fits them and the shuffle's
+        // partitions exactly, so the length check passes: its header and descriptors alone would be 1.1 GB,
+        // above the pool's cap (1 GiB). Before: a BufferPoolException ("exceeds the cap"), which blames no
+        // peer and fails the task.
+        int regions = 70_000_000;
+        long claimed = ShuffleOutputTable.metadataBytes(regions, PARTS);
+        assertTrue(claimed > CONF.poolMaxRegisteredBytes() && claimed < Integer.MAX_VALUE, "claimed " + claimed);
+        String f = failureOfASlotClaiming(dir, regions);
+        assertTrue(f.contains("corrupt output table"), f);
     }
 
     /**
@@ -239,28 +247,10 @@ class BlockFetcherPeerClaimsTest {
     @Timeout(60)
     void shouldRefuseASlotClaimingMoreRegionsThanAnyMapOutputHasBeforeTakingABufferOrParsingThem(@TempDir Path dir)
             throws Exception {
-        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
-             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
-             ShuffleOutputTable table = publish(executor, dir);
-             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
-             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
-            int regions = 2_000_000;
-            long claimed = ShuffleOutputTable.metadataBytes(regions, PARTS);
-            assertTrue(claimed < CONF.poolMaxRegisteredBytes(), "claimed " + claimed);
-            ByteBuffer slots = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
-            RegionDescriptor real = table.descriptor();
-            slots.putInt(1).putInt(regions).putLong(0).putLong(real.address()).putInt(real.rkey())
-                    .putInt((int) claimed).clear();
-            try (MemoryRegion forged = executor.register(slots, RegionAccess.REMOTE_READ)) {
-                BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), forged.descriptor(), 0, 0,
-                        2, 3, new BlockFetcher.Expected(PARTS, 1, 1 << 20));
-                FetchFailure f = failureOf(fetcher, r);
-                assertTrue(f.getMessage().contains("2000000 regions, more than any map output has"), f.getMessage());
-                assertEquals(1 + PeerClaims.MAX_TORN_SLOT_READS, pool.stats().acquires(),
-                        "only the slot's buffers may be taken: " + pool.stats());
-                assertEquals(0, pool.stats().inUseBuffers());
-            }
-        }
+        int regions = 2_000_000;
+        assertTrue(ShuffleOutputTable.metadataBytes(regions, PARTS) < CONF.poolMaxRegisteredBytes());
+        String f = failureOfASlotClaiming(dir, regions);
+        assertTrue(f.contains("2000000 regions, more than any map output has"), f);
         // the same claim in metadata itself is refused before a descriptor is allocated
         ByteBuffer header = ByteBuffer.allocate(64).putInt(ShuffleOutputTable.MAX_REGIONS + 1).putInt(PARTS)
                 .putLong(1).putLong(0).clear();
