@@ -304,11 +304,13 @@ class RdmaShuffleLocalClusterTest {
         long remoteBytes = stages.stream().mapToLong(LocalCluster.StageShuffle::remoteBytesRead).sum();
         long reads = after.values().stream().mapToLong(p -> p.stats().node().readsPosted()).sum()
                 - before.values().stream().mapToLong(p -> p.stats().node().readsPosted()).sum();
-        // 6 maps × 200 non-empty partitions, coalesced into a few tasks: about half the blocks are remote.
-        assertTrue(remoteBlocks >= 300, stages.toString());
-        // One READ per block (and more for slots and metadata) would be at least remoteBlocks; one request per
+        // 6 maps × 200 non-empty partitions, coalesced into a few tasks: about half of the 1,200 blocks are
+        // remote. AQE asks for batch fetch, so Spark's metrics count each map output's run in a task as one
+        // block (SparkLineCoreSetTest checks they equal the sort shuffle's).
+        assertTrue(remoteBlocks > 0 && remoteBlocks <= 6 * 40, stages.toString());
+        // One READ per partition's block (and more for slots and metadata) would be 300 or more; one request per
         // map output and task takes a few READs each.
-        assertTrue(reads * 4 < remoteBlocks, reads + " READs for " + remoteBlocks + " remote blocks");
+        assertTrue(reads * 4 < 300, reads + " READs for " + remoteBlocks + " remote batches of about 600 blocks");
         assertEquals(remoteBytes, transportDataBytes(after) - transportDataBytes(before),
                 "remote bytes in Spark's metrics (per block) vs block bytes READ over the transport");
     }
