@@ -87,7 +87,10 @@ final class SparkPathBlocks implements AutoCloseable {
     private Iterator<Tuple2<BlockId, InputStream>> fetch(
             Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> blocks) {
         countViaSpark(blocks);
-        return SparkInterop.fetchThroughSpark(context, blocks, metrics, batch);
+        // Never batched: blocks handed over while READing come in no file order and with gaps (other requests of
+        // the same map output may have been READ already), and Spark's batching assumes a sorted, gap-free run
+        // per map output — batched, a block could come twice or not at all.
+        return SparkInterop.fetchThroughSpark(context, blocks, metrics, false);
     }
 
     private void countViaSpark(Map<BlockManagerId, List<Tuple3<BlockId, Object, Object>>> blocks) {

@@ -173,7 +173,7 @@ final class LocalCluster implements AutoCloseable {
                 .set("spark.shuffle.rdma.provider", "tcp")
                 // Every executor of a local cluster is on 127.0.0.1: with Spark's default both shuffles would read
                 // each other's blocks from disk, and nothing would cross between executors. Tests of that
-                // behaviour (RdmaShuffleSparkLikeReadsTest) set it back.
+                // behaviour (SparkLikeReadsTest) set it back.
                 .set("spark.shuffle.readHostLocalDisk", "false");
         if (SparkLines.version().startsWith("3.")) {
             // Before 4.0 an executor builds its ShuffleManager before it fetches spark.jars (SPARK-45762):
