@@ -101,7 +101,8 @@ public final class RdmaShuffleConf {
     public static final ConfigKey<Long> MAX_REGION_SIZE = declare(ConfigKey.bytes(PREFIX + "maxRegionSize",
             "1g", 4L << 10, Integer.MAX_VALUE, false,
             "Largest memory region one registration covers; a map output larger than this is registered "
-                    + "as several regions."));
+                    + "as several regions, at most 65,536 (a larger output is left to Spark's path, or fails its "
+                    + "map task under fallback=never)."));
 
     public static final ConfigKey<Long> MAX_REGISTERED_OUTPUT_BYTES = declare(ConfigKey.bytes(
             PREFIX + "maxRegisteredOutputBytes", "0", 0, 1L << 50, false,
