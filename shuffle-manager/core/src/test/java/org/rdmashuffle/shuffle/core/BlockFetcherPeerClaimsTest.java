@@ -90,6 +90,18 @@ class BlockFetcherPeerClaimsTest {
      * @return the failure's message
      */
     private String failureOfASlotClaiming(Path dir, int regions) throws Exception {
+        return failureOfASlotClaiming(dir, regions, ShuffleOutputTable.metadataBytes(regions, PARTS), 2, 3);
+    }
+
+    /**
+     * Fetches partitions {@code [start, end)} through a forged slot of a real table claiming {@code regions}
+     * regions in {@code metadataBytes} of metadata; checks that only the slot's buffers were taken (the slot
+     * READ again in case a rewrite tore it, never the claimed metadata) and none is left in use.
+     *
+     * @return the failure's message
+     */
+    private String failureOfASlotClaiming(Path dir, int regions, long metadataBytes, int start, int end)
+            throws Exception {
         try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
              RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
              ShuffleOutputTable table = publish(executor, dir);
@@ -98,10 +110,10 @@ class BlockFetcherPeerClaimsTest {
             ByteBuffer slots = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
             RegionDescriptor real = table.descriptor();
             slots.putInt(1).putInt(regions).putLong(0).putLong(real.address()).putInt(real.rkey())
-                    .putInt((int) ShuffleOutputTable.metadataBytes(regions, PARTS)).clear();
+                    .putInt((int) metadataBytes).clear();
             try (MemoryRegion forged = executor.register(slots, RegionAccess.REMOTE_READ)) {
                 FetchFailure f = failureOf(fetcher, new BlockFetcher.Request(executor.localAddress(),
-                        forged.descriptor(), 0, 0, 2, 3, new BlockFetcher.Expected(PARTS, 1, 1 << 20)));
+                        forged.descriptor(), 0, 0, start, end, new BlockFetcher.Expected(PARTS, 1, 1 << 20)));
                 assertEquals(1 + PeerClaims.MAX_TORN_SLOT_READS, pool.stats().acquires(),
                         "only the slot's buffers may be taken: " + pool.stats());
                 assertEquals(0, pool.stats().inUseBuffers());
@@ -190,28 +202,15 @@ class BlockFetcherPeerClaimsTest {
     @Timeout(60)
     void shouldFailBeforeTakingABufferWhenASlotClaimsMoreMetadataThanTheShuffleHas(@TempDir Path dir)
             throws Exception {
+        // A lying peer's table: map index 0 published, its metadata said to be 64 MiB.
+        String f = failureOfASlotClaiming(dir, 1, 64 << 20, 0, 1);
+        assertTrue(f.contains("corrupt output table"), f);
+        assertTrue(f.contains("metadata of " + (64 << 20) + " bytes"), f);
         try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
              RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
              ShuffleOutputTable table = publish(executor, dir);
              BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
              BlockFetcher fetcher = new BlockFetcher(reducer, pool, 1 << 20, 64 << 10, 20_000)) {
-            // A lying peer's table: map index 0 published, its metadata said to be 64 MiB.
-            ByteBuffer slots = ByteBuffer.allocateDirect(ShuffleOutputTable.SLOT_BYTES);
-            RegionDescriptor real = table.descriptor();
-            slots.putInt(1).putInt(1).putLong(0).putLong(real.address()).putInt(real.rkey()).putInt(64 << 20).clear();
-            try (MemoryRegion forged = executor.register(slots, RegionAccess.REMOTE_READ)) {
-                BlockFetcher.Request r = new BlockFetcher.Request(executor.localAddress(), forged.descriptor(), 0, 0,
-                        0, 1, new BlockFetcher.Expected(PARTS, 1, 1 << 20));
-                fetcher.add(r);
-                FetchFailure f = assertThrows(FetchFailure.class, fetcher::next);
-                assertEquals(r, f.request());
-                assertTrue(f.getMessage().contains("corrupt output table"), f.getMessage());
-                assertTrue(f.getMessage().contains("metadata of " + (64 << 20) + " bytes"), f.getMessage());
-                // the slot is READ again in case a rewrite tore it, a few times, never the claimed metadata
-                assertEquals(1 + PeerClaims.MAX_TORN_SLOT_READS, pool.stats().acquires(),
-                        "only the slot's buffers may be taken: " + pool.stats());
-                assertEquals(0, pool.stats().inUseBuffers());
-            }
             // The same map index in the real table, but a shuffle of another partition count: its metadata
             // cannot be this map output's.
             BlockFetcher.Request other = new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0,
