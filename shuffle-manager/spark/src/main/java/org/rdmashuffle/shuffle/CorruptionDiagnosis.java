@@ -3,6 +3,7 @@ package org.rdmashuffle.shuffle;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
 import java.util.concurrent.Callable;
+import java.util.function.Supplier;
 import java.util.zip.Checksum;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkEnv;
@@ -57,15 +58,25 @@ final class CorruptionDiagnosis {
      * @return Spark's sentence for the cause, or null when shuffle checksums are off
      */
     String diagnose(BlockManagerId address, ShuffleBlockId id, ByteBuffer received) {
+        return question(address, id, received).get();
+    }
+
+    /**
+     * As {@link #diagnose(BlockManagerId, ShuffleBlockId, ByteBuffer)} in two steps: the checksum of
+     * {@code received} now, the question to the serving side when the result is asked for — so that the
+     * caller can give the bytes' buffer back before it waits for the answer.
+     */
+    Supplier<String> question(BlockManagerId address, ShuffleBlockId id, ByteBuffer received) {
         if (algorithm == null) {
-            return null;
+            return () -> null;
         }
         Checksum c = newChecksum();
         if (c == null) {
-            return sentence(id, Cause.UNSUPPORTED_CHECKSUM_ALGORITHM);
+            return () -> sentence(id, Cause.UNSUPPORTED_CHECKSUM_ALGORITHM);
         }
         c.update(received.duplicate());
-        return ask(address, id, c.getValue());
+        long value = c.getValue();
+        return () -> ask(address, id, value);
     }
 
     /**

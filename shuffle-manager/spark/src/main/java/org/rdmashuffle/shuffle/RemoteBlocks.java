@@ -12,6 +12,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Supplier;
 import org.apache.spark.SparkConf;
 import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
 import org.apache.spark.storage.BlockManagerId;
@@ -339,7 +340,14 @@ final class RemoteBlocks implements AutoCloseable {
         metrics.incRemoteBytesRead(to - from);
         BlockFetcher.Block landed = block;
         try {
-            return decoder.records(o, raw, decoder.decode(o, raw), () -> diagnose(landed, unit, from, to));
+            return decoder.records(o, raw, decoder.decode(o, raw), () -> {
+                // mid-stream: the task fails with this block; its buffer goes back before the serving side is asked
+                Supplier<String> q = question(landed, unit, from, to);
+                if (landed == block) {
+                    releaseBlock();
+                }
+                return q.get();
+            });
         } catch (IOException e) {
             long most = 0;
             for (BlockOrigin u : unit) {
@@ -348,8 +356,9 @@ final class RemoteBlocks implements AutoCloseable {
             BlockFetcher.Request again = new BlockFetcher.Request(o.peer(), tables.get(o.address()), o.mapIndex(),
                     o.blockId().mapId(), first, end, new BlockFetcher.Expected(numPartitions, unit.size(), most));
             if (!corruptOnce.add(again)) {
-                String why = diagnose(landed, unit, from, to);
-                releaseBlock();
+                Supplier<String> q = question(landed, unit, from, to);
+                releaseBlock(); // before the serving side is asked, which may take Spark's connection timeout
+                String why = q.get();
                 throw failures.fetchFailed(o, new FetchFailure(again, why != null ? why + " (again after a second "
                         + "READ from " + o.address() + ": " + e.getMessage() + ")" : "block " + BlockOrigin.unitId(unit)
                         + " from " + o.address() + " is corrupt again after a second READ: " + e.getMessage(), e));
@@ -393,22 +402,25 @@ final class RemoteBlocks implements AutoCloseable {
     }
 
     /**
-     * Why the block {@code unit} (bytes {@code [from, to)} of {@code landed}) is corrupt, in Spark's words, asked
-     * of its executor with the checksum of its bytes as they landed; null when shuffle checksums are off. A
+     * Why the block {@code unit} (bytes {@code [from, to)} of {@code landed}) is corrupt, in Spark's words: the
+     * checksum of its bytes as they landed is taken now, and its executor is asked when the result is asked for
+     * (after the caller gave the buffer back); the result is null when shuffle checksums are off. A
      * batch is not diagnosed (checksums are kept per block, as Spark's reader does not diagnose batches), nor
      * a streamed block, whose windows are gone.
      */
-    private String diagnose(BlockFetcher.Block landed, List<BlockOrigin> unit, long from, long to) {
+    private Supplier<String> question(BlockFetcher.Block landed, List<BlockOrigin> unit, long from, long to) {
         ShuffleBlockId id = unit.get(0).blockId();
         if (unit.size() > 1) {
-            return diagnosis.notDiagnosed(id, BlockOrigin.unitId(unit) + " was fetched as a batch; checksums are "
+            String s = diagnosis.notDiagnosed(id, BlockOrigin.unitId(unit) + " was fetched as a batch; checksums are "
                     + "kept per block");
+            return () -> s;
         }
         if (landed != block || landed.streamed()) {
-            return diagnosis.notDiagnosed(id, "it was READ window by window, larger than a receive buffer, and its "
-                    + "bytes as they landed are not kept");
+            String s = diagnosis.notDiagnosed(id, "it was READ window by window, larger than a receive buffer, and "
+                    + "its bytes as they landed are not kept");
+            return () -> s;
         }
-        return diagnosis.diagnose(unit.get(0).address(), id, landed.bytes().position((int) from).limit((int) to));
+        return diagnosis.question(unit.get(0).address(), id, landed.bytes().position((int) from).limit((int) to));
     }
 
     /** A streamed block's failed window: the FetchFailedException naming the block, or a task failure. */
