@@ -15,6 +15,19 @@ public interface ControlHandler {
      */
     ByteBuffer onMessage(ByteBuffer request) throws Exception;
 
+    /**
+     * A message from a connection authenticated for {@code realm}. The node calls this one; by default it
+     * answers as {@link #onMessage(ByteBuffer)} does, whatever the realm.
+     *
+     * @param realm the realm the sending connection proved it holds the secret of, on a node with secrets
+     *        per realm ({@link NodeOptions#secrets()}); {@code null} on every other node (and on the verbs
+     *        provider)
+     * @param request the message (a read-only view valid only during the call)
+     */
+    default ByteBuffer onMessage(String realm, ByteBuffer request) throws Exception {
+        return onMessage(request);
+    }
+
     /** Replies to nothing: every message fails. */
     ControlHandler NONE = request -> {
         throw new IllegalStateException("this node answers no control messages");

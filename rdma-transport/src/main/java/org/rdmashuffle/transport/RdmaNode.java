@@ -24,14 +24,33 @@ public interface RdmaNode extends AutoCloseable {
      */
     RdmaChannel connect(NodeAddress peer) throws TransportException;
 
-    /** Registers a direct buffer's memory (position 0 to capacity); the caller keeps the buffer alive. */
-    MemoryRegion register(ByteBuffer directBuffer, RegionAccess access) throws IOException;
+    /** Registers a direct buffer's memory (position 0 to capacity) for no realm; see {@link #register(ByteBuffer, RegionAccess, String)}. */
+    default MemoryRegion register(ByteBuffer directBuffer, RegionAccess access) throws IOException {
+        return register(directBuffer, access, null);
+    }
+
+    /**
+     * Registers a direct buffer's memory (position 0 to capacity); the caller keeps the buffer alive.
+     *
+     * @param realm the realm whose connections may READ the region on a node with secrets per realm
+     *        ({@link NodeOptions#secrets()}): there a READ from a connection of any other realm is answered
+     *        exactly as one with an unknown rkey, and a region of realm {@code null} is READ by nobody. On
+     *        every other node it changes nothing. {@code null} for none; otherwise
+     *        valid as {@link Realms#requireValid} checks.
+     */
+    MemoryRegion register(ByteBuffer directBuffer, RegionAccess access, String realm) throws IOException;
+
+    /** Maps and registers part of a file for no realm; see {@link #registerFile(Path, long, int, String)}. */
+    default MemoryRegion registerFile(Path file, long offset, int length) throws IOException {
+        return registerFile(file, offset, length, null);
+    }
 
     /**
      * Maps {@code length} bytes of {@code file} from {@code offset} read-only and registers them for
-     * remote READ. The region owns the mapping.
+     * remote READ by {@code realm}'s connections (as {@link #register(ByteBuffer, RegionAccess, String)}
+     * says). The region owns the mapping.
      */
-    MemoryRegion registerFile(Path file, long offset, int length) throws IOException;
+    MemoryRegion registerFile(Path file, long offset, int length, String realm) throws IOException;
 
     /** A registrar for a {@link org.rdmashuffle.pool.BufferPool} whose buffers receive READs. */
     Registrar sinkRegistrar();

@@ -15,15 +15,25 @@ public final class RdmaTransport {
     private RdmaTransport() {
     }
 
+    /** Why options with realms ({@link NodeOptions#usesRealms()}) never open a verbs node. */
+    public static final String REALMS_ON_TCP_ONLY = "realms (a secret per job) are served by the tcp provider only";
+
     /**
      * Opens a node. {@code auto} picks verbs where it can run and otherwise tcp, logging one INFO line
-     * that names what was missing; {@code verbs} fails with that reason instead.
+     * that names what was missing; {@code verbs} fails with that reason instead. Options with realms
+     * ({@link NodeOptions#usesRealms()}) make {@code auto} pick tcp, and {@code verbs} fail, whatever the
+     * machine has.
      */
     public static RdmaNode open(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         switch (conf.provider()) {
             case TCP:
                 return new TcpNode(conf, options);
             case VERBS: {
+                Optional<String> unsupported = verbsCannotServe(options);
+                if (unsupported.isPresent()) {
+                    throw new TransportException("spark.shuffle.rdma.provider=verbs, but " + unsupported.get()
+                            + ". Use provider=tcp or auto.");
+                }
                 Optional<String> missing = VerbsSupport.missing(conf.verbsApi());
                 if (missing.isPresent()) {
                     throw new TransportException("spark.shuffle.rdma.provider=verbs, but the verbs provider cannot run: "
@@ -38,7 +48,7 @@ public final class RdmaTransport {
             }
             case AUTO:
             default: {
-                Optional<String> missing = VerbsSupport.missing(conf.verbsApi());
+                Optional<String> missing = verbsCannotServe(options).or(() -> VerbsSupport.missing(conf.verbsApi()));
                 if (missing.isPresent()) {
                     LOG.info("spark.shuffle.rdma.provider=auto: using tcp ({})", missing.get());
                     return new TcpNode(conf, options);
@@ -54,6 +64,11 @@ public final class RdmaTransport {
                 }
             }
         }
+    }
+
+    /** What in {@code options} the verbs provider cannot serve, whatever the machine has; empty when nothing. */
+    static Optional<String> verbsCannotServe(NodeOptions options) {
+        return options.usesRealms() ? Optional.of(REALMS_ON_TCP_ONLY) : Optional.empty();
     }
 
     /**

@@ -23,6 +23,7 @@ import org.rdmashuffle.transport.PeerChannels;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.Realms;
 import org.rdmashuffle.transport.RegionAccess;
 import org.rdmashuffle.transport.TransportException;
 import org.slf4j.Logger;
@@ -33,6 +34,10 @@ import org.slf4j.LoggerFactory;
  * responder thread (serving peers from the registration table), a requester thread (driving the
  * channels it opened), and the table. rkeys are random, never shared by two live regions, and fail
  * once their region is deregistered. Addresses are virtual: each region gets its own base.
+ *
+ * <p>With secrets per realm ({@link NodeOptions#secrets()}) the node serves many jobs, each with its own
+ * secret: a connection READs only the regions registered for the realm it authenticated for. Its own
+ * connections name {@link NodeOptions#realm()}, when set, and prove {@link NodeOptions#secret()}.
  */
 public final class TcpNode implements RdmaNode {
     private static final Logger LOG = LoggerFactory.getLogger(TcpNode.class);
@@ -40,6 +45,8 @@ public final class TcpNode implements RdmaNode {
 
     private final RdmaShuffleConf conf;
     private final NodeOptions options;
+    /** The UTF-8 bytes of the realm this node's connections name, or null. */
+    private final byte[] realm;
     private final ServerSocketChannel server;
     private final NodeAddress address;
     private final RegionTable table = new RegionTable();
@@ -67,12 +74,13 @@ public final class TcpNode implements RdmaNode {
     public TcpNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         this.conf = conf;
         this.options = options;
+        this.realm = options.realm() == null ? null : Realms.requireValid(options.realm());
         this.server = bind(options.bindHost(), conf.port(), conf.portMaxRetries());
         int port = ((InetSocketAddress) server.getLocalAddress()).getPort();
         this.address = new NodeAddress(options.advertisedHost(), port, PROVIDER);
         try {
             this.responder = new TcpResponder(this, server, table, options.controlHandler(), options.secret(),
-                    TcpResponder.Limits.from(conf));
+                    options.secrets(), TcpResponder.Limits.from(conf));
             this.requester = new TcpRequester(this);
         } catch (IOException | RuntimeException e) {
             server.close();
@@ -172,11 +180,16 @@ public final class TcpNode implements RdmaNode {
                 sel.selectNow();
             }
             byte[] secret = options.secret();
+            String realmName = options.realm();
             byte[] clientNonce = Handshake.nonce();
-            ByteBuffer hello = ByteBuffer.allocate(Wire.HELLO_BYTES);
-            hello.putInt(Wire.MAGIC).putShort(Wire.VERSION).putShort((short) (secret != null ? Wire.FLAG_AUTH : 0))
-                    .put(clientNonce).flip();
-            exchange(sc, sel, hello, deadline);
+            ByteBuffer hello = ByteBuffer.allocate(Wire.HELLO_BYTES + (realm == null ? 0 : 1 + realm.length));
+            int flags = (secret != null ? Wire.FLAG_AUTH : 0) | (realm != null ? Wire.FLAG_REALM : 0);
+            hello.putInt(Wire.MAGIC).putShort(realm == null ? Wire.VERSION_WITHOUT_REALM : Wire.VERSION)
+                    .putShort((short) flags).put(clientNonce);
+            if (realm != null) {
+                hello.put((byte) realm.length).put(realm);
+            }
+            exchange(sc, sel, hello.flip(), deadline);
             ByteBuffer challenge = ByteBuffer.allocate(Wire.CHALLENGE_BYTES);
             receive(sc, sel, challenge, deadline);
             if (challenge.getInt() != Wire.MAGIC) {
@@ -188,20 +201,22 @@ public final class TcpNode implements RdmaNode {
                 throw new IOException("refused at handshake: " + Wire.handshakeStatus(status)); // worth a retry
             }
             if (status != Wire.HS_OK) {
-                throw new HandshakeRefused(Wire.handshakeStatus(status));
+                throw new HandshakeRefused(Wire.handshakeStatus(status, realmName));
             }
             byte[] serverNonce = new byte[Wire.NONCE_BYTES];
             challenge.get(serverNonce);
-            ByteBuffer auth = ByteBuffer.wrap(Handshake.proof(secret, 'c', serverNonce, clientNonce));
+            ByteBuffer auth = ByteBuffer.wrap(Handshake.proof(secret, 'c', serverNonce, clientNonce, realm));
             exchange(sc, sel, auth, deadline);
             ByteBuffer welcome = ByteBuffer.allocate(Wire.WELCOME_BYTES);
             receive(sc, sel, welcome, deadline);
             status = welcome.getInt();
             if (status != Wire.HS_OK) {
-                throw new HandshakeRefused(Wire.handshakeStatus(status));
+                throw new HandshakeRefused(Wire.handshakeStatus(status, realmName));
             }
-            if (secret != null && !Handshake.verify(Handshake.proof(secret, 's', clientNonce, serverNonce), welcome)) {
-                throw new HandshakeRefused("the peer could not prove it holds the shared secret");
+            if (secret != null
+                    && !Handshake.verify(Handshake.proof(secret, 's', clientNonce, serverNonce, realm), welcome)) {
+                throw new HandshakeRefused(realmName == null ? "the peer could not prove it holds the shared secret"
+                        : "the peer could not prove it holds the secret of realm " + Realms.printable(realmName));
             }
             for (SelectionKey k : sel.keys()) {
                 k.cancel();
@@ -263,25 +278,31 @@ public final class TcpNode implements RdmaNode {
     }
 
     @Override
-    public MemoryRegion register(ByteBuffer directBuffer, RegionAccess access) throws IOException {
+    public MemoryRegion register(ByteBuffer directBuffer, RegionAccess access, String realm) throws IOException {
         if (!directBuffer.isDirect()) {
             throw new IllegalArgumentException("only direct buffers can be registered");
         }
-        return add(directBuffer.duplicate().clear(), access, false);
+        if (realm != null) {
+            Realms.requireValid(realm);
+        }
+        return add(directBuffer.duplicate().clear(), access, false, realm);
     }
 
     @Override
-    public MemoryRegion registerFile(Path file, long offset, int length) throws IOException {
+    public MemoryRegion registerFile(Path file, long offset, int length, String realm) throws IOException {
+        if (realm != null) {
+            Realms.requireValid(realm);
+        }
         ByteBuffer mapped = Mappings.fileRange(file, offset, length, Mappings.FileMemory.READ_ONLY);
         try {
-            return add(mapped, RegionAccess.REMOTE_READ, true);
+            return add(mapped, RegionAccess.REMOTE_READ, true, realm);
         } catch (IOException | RuntimeException e) {
             Mappings.unmap(mapped);
             throw e;
         }
     }
 
-    private synchronized TcpRegion add(ByteBuffer memory, RegionAccess access, boolean ownsMapping)
+    private synchronized TcpRegion add(ByteBuffer memory, RegionAccess access, boolean ownsMapping, String realm)
             throws TransportException {
         ensureOpen();
         int rkey;
@@ -289,7 +310,7 @@ public final class TcpNode implements RdmaNode {
             rkey = ThreadLocalRandom.current().nextInt();
         } while (rkey == 0 || table.contains(rkey));
         long base = nextBase.getAndIncrement() << 32;
-        TcpRegion r = new TcpRegion(this, rkey, base, memory, access, ownsMapping);
+        TcpRegion r = new TcpRegion(this, rkey, base, memory, access, ownsMapping, realm);
         table.put(r);
         registeredBytes.addAndGet(r.length);
         return r;

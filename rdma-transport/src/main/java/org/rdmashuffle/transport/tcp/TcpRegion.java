@@ -4,6 +4,7 @@ import java.nio.ByteBuffer;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.rdmashuffle.transport.Mappings;
 import org.rdmashuffle.transport.MemoryRegion;
+import org.rdmashuffle.transport.Realms;
 import org.rdmashuffle.transport.RegionAccess;
 import org.rdmashuffle.transport.RegionDescriptor;
 
@@ -20,6 +21,11 @@ final class TcpRegion implements MemoryRegion {
     final long base;
     final int length;
     final RegionAccess access;
+    /**
+     * The realm whose connections may READ it on a node with secrets per realm (there, no other
+     * connection may); null for none.
+     */
+    final String realm;
     final ByteBuffer sinkView;
     /** Spare serving views, reused so that serving allocates nothing; responder thread only. */
     private ByteBuffer[] spareViews;
@@ -31,8 +37,10 @@ final class TcpRegion implements MemoryRegion {
     private final AtomicInteger uses = new AtomicInteger(1);
     private volatile boolean open = true;
 
-    TcpRegion(TcpNode node, int rkey, long base, ByteBuffer memory, RegionAccess access, boolean ownsMapping) {
+    TcpRegion(TcpNode node, int rkey, long base, ByteBuffer memory, RegionAccess access, boolean ownsMapping,
+              String realm) {
         this.node = node;
+        this.realm = realm;
         this.rkey = rkey;
         this.base = base;
         this.memory = memory;
@@ -132,6 +140,7 @@ final class TcpRegion implements MemoryRegion {
 
     @Override
     public String toString() {
-        return "TcpRegion[" + descriptor + ", " + access + "]";
+        return "TcpRegion[" + descriptor + ", " + access + (realm == null ? "" : ", realm " + Realms.printable(realm))
+                + "]";
     }
 }

@@ -5,6 +5,8 @@ import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.StandardCharsets;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
@@ -19,7 +21,9 @@ import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.Mappings;
 import org.rdmashuffle.transport.RateLimitedLog;
 import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.Realms;
 import org.rdmashuffle.transport.RegionAccess;
+import org.rdmashuffle.transport.SecretResolver;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -44,6 +48,13 @@ import org.slf4j.LoggerFactory;
  * budget with work left is carried to the next wakeup, which then polls without waiting, so every
  * ready connection and the listener get their turn in every wakeup. A handshake that is refused or
  * fails gives its handshake slot back at once.
+ *
+ * <p>Realms: on a node with secrets per realm ({@link SecretResolver}), every connection names a realm in
+ * its HELLO and proves it holds that realm's secret; the resolver is asked once, when the proof arrives. Such
+ * a connection READs only regions registered for its realm: any other rkey is answered as an unknown one
+ * (one string comparison per READ, no allocation), and its control messages reach the handler with its
+ * realm. A refusal for a realm (unknown, wrong proof, none named) is a refused handshake like any other:
+ * counted, logged at most once per 10 s, its slot given back at once.
  */
 final class TcpResponder implements Runnable {
     private static final Logger LOG = LoggerFactory.getLogger(TcpResponder.class);
@@ -53,8 +64,10 @@ final class TcpResponder implements Runnable {
     static final int IN_BUFFER_BYTES = 16 << 10;
     /** Output buffer of a handshaken connection: reply headers and inline payloads. */
     static final int OUT_BUFFER_BYTES = 64 << 10;
-    /** Heap buffers of a connection before its handshake completes (no direct memory until then). */
+    /** Heap output buffer of a connection before its handshake completes (no direct memory until then). */
     static final int HANDSHAKE_BUFFER_BYTES = 64;
+    /** Heap input buffer of a connection before its handshake completes: the longest HELLO and the AUTH. */
+    static final int HANDSHAKE_IN_BUFFER_BYTES = Wire.MAX_HELLO_BYTES + Wire.AUTH_BYTES;
     /** A control body's buffer starts this small and doubles as bytes arrive, up to the claimed length. */
     private static final int CONTROL_INITIAL_BYTES = 1024;
     private static final long EXPIRY_CHECK_NANOS = 100_000_000L;
@@ -113,6 +126,8 @@ final class TcpResponder implements Runnable {
     private final RegionTable table;
     private final ControlHandler handler;
     private final byte[] secret;
+    /** The secret of each realm, on a node that keeps one per realm; null on every other node. */
+    private final SecretResolver secrets;
     private final Limits limits;
     private final long handshakeTimeoutNanos;
     private final long idleTimeoutNanos;
@@ -150,12 +165,13 @@ final class TcpResponder implements Runnable {
     volatile int connectionCount;
 
     TcpResponder(TcpNode node, ServerSocketChannel server, RegionTable table, ControlHandler handler, byte[] secret,
-                 Limits limits) throws IOException {
+                 SecretResolver secrets, Limits limits) throws IOException {
         this.node = node;
         this.server = server;
         this.table = table;
         this.handler = handler;
         this.secret = secret;
+        this.secrets = secrets;
         this.limits = limits;
         this.handshakeTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.handshakeTimeoutMs());
         this.idleTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.idleTimeoutMs());
@@ -483,6 +499,15 @@ final class TcpResponder implements Runnable {
         return connectionCount;
     }
 
+    /** The realm a HELLO names, or null when its bytes are not UTF-8. */
+    private static String decodeRealm(byte[] utf8) {
+        try {
+            return StandardCharsets.UTF_8.newDecoder().decode(ByteBuffer.wrap(utf8)).toString();
+        } catch (CharacterCodingException e) {
+            return null;
+        }
+    }
+
     /**
      * Connection states: AWAIT_HELLO → AWAIT_AUTH → SERVING ⇄ CONTROL_BODY; any → DRAINING (after an
      * error reply: output shut down, input discarded until the peer closes, so the reply is not lost to
@@ -500,7 +525,7 @@ final class TcpResponder implements Runnable {
         /** Holds a handshake slot: accepted, and the handshake neither done nor refused. */
         boolean inHandshake = true;
         /** Small heap buffers until the handshake succeeds, then direct ones. */
-        ByteBuffer in = ByteBuffer.allocate(HANDSHAKE_BUFFER_BYTES);
+        ByteBuffer in = ByteBuffer.allocate(HANDSHAKE_IN_BUFFER_BYTES);
         ByteBuffer out = ByteBuffer.allocate(HANDSHAKE_BUFFER_BYTES);
         final ByteBuffer[] gather = new ByteBuffer[2];
         SelectionKey key;
@@ -513,6 +538,12 @@ final class TcpResponder implements Runnable {
         int controlRequestId;
         byte[] clientNonce;
         byte[] serverNonce;
+        /**
+         * The realm the HELLO named (null: none), and its UTF-8 bytes; once SERVING, the realm the peer proved
+         * it holds the secret of. On a node with secrets per realm it decides which regions the peer may READ.
+         */
+        String realm;
+        byte[] realmBytes;
         boolean closeAfterFlush;
         long drainSinceNanos;
         long lastProgressNanos = acceptedNanos;
@@ -802,17 +833,50 @@ final class TcpResponder implements Runnable {
             if (in.remaining() < Wire.HELLO_BYTES) {
                 return false;
             }
-            int magic = in.getInt();
-            int version = in.getShort();
-            int flags = in.getShort();
+            int at = in.position();
+            int version = in.getShort(at + 4);
+            int flags = in.getShort(at + 6);
+            boolean namesRealm = (flags & Wire.FLAG_REALM) != 0;
+            // Version 2 knows no realm; 3 may name one. A HELLO that is none of these is refused as a bad version.
+            boolean wellFormed = in.getInt(at) == Wire.MAGIC
+                    && (version == Wire.VERSION || (version == Wire.VERSION_WITHOUT_REALM && !namesRealm));
+            int realmLength = 0;
+            if (wellFormed && namesRealm) {
+                if (in.remaining() < Wire.HELLO_BYTES + 1) {
+                    return false;
+                }
+                realmLength = in.get(at + Wire.HELLO_BYTES) & 0xFF;
+                if (realmLength == 0 || realmLength > Realms.MAX_BYTES) {
+                    wellFormed = false;
+                } else if (in.remaining() < Wire.HELLO_BYTES + 1 + realmLength) {
+                    return false; // the handshake timeout bounds the wait; the input buffer holds the longest HELLO
+                }
+            }
+            in.position(at + 8);
             clientNonce = new byte[Wire.NONCE_BYTES];
             in.get(clientNonce);
             serverNonce = Handshake.nonce();
-            int status = Wire.HS_OK;
-            if (magic != Wire.MAGIC || version != Wire.VERSION) {
+            if (wellFormed && namesRealm) {
+                in.get();
+                realmBytes = new byte[realmLength];
+                in.get(realmBytes);
+                realm = decodeRealm(realmBytes);
+                wellFormed = realm != null;
+            }
+            int status;
+            if (!wellFormed) {
                 status = Wire.HS_BAD_VERSION;
+            } else if (secrets != null) {
+                // Every connection names a realm and proves its secret; the verdict on the realm comes with the
+                // proof's (WELCOME), so an unknown realm is answered where and as a wrong proof is.
+                status = realm == null ? Wire.HS_REALM_REQUIRED
+                        : (flags & Wire.FLAG_AUTH) == 0 ? Wire.HS_AUTH_MISMATCH : Wire.HS_OK;
+            } else if (realm != null) {
+                status = Wire.HS_REALM_UNSUPPORTED;
             } else if (((flags & Wire.FLAG_AUTH) != 0) != (secret != null)) {
                 status = Wire.HS_AUTH_MISMATCH;
+            } else {
+                status = Wire.HS_OK;
             }
             out.putInt(Wire.MAGIC).putShort(Wire.VERSION).putShort((short) status).put(serverNonce);
             if (status != Wire.HS_OK) {
@@ -827,29 +891,60 @@ final class TcpResponder implements Runnable {
             if (in.remaining() < Wire.AUTH_BYTES) {
                 return false;
             }
-            boolean ok = secret == null
-                    || Handshake.verify(Handshake.proof(secret, 'c', serverNonce, clientNonce), in);
-            if (secret == null) {
-                in.position(in.position() + Wire.AUTH_BYTES);
+            byte[] key; // the secret the peer must prove it holds
+            int status;
+            if (secrets == null) {
+                key = secret;
+                boolean ok = secret == null
+                        || Handshake.verify(Handshake.proof(secret, 'c', serverNonce, clientNonce), in);
+                if (secret == null) {
+                    in.position(in.position() + Wire.AUTH_BYTES);
+                }
+                status = ok ? Wire.HS_OK : Wire.HS_AUTH_FAILED;
+            } else {
+                key = secretOf(realm);
+                if (key == null) {
+                    Handshake.verifyUnknownRealm(in, serverNonce, clientNonce, realmBytes);
+                    status = Wire.HS_UNKNOWN_REALM;
+                } else {
+                    boolean ok = Handshake.verify(Handshake.proof(key, 'c', serverNonce, clientNonce, realmBytes), in);
+                    status = ok ? Wire.HS_OK : Wire.HS_AUTH_FAILED;
+                }
             }
-            out.putInt(ok ? Wire.HS_OK : Wire.HS_AUTH_FAILED);
-            out.put(ok ? Handshake.proof(secret, 's', clientNonce, serverNonce) : new byte[Wire.PROOF_BYTES]);
+            boolean ok = status == Wire.HS_OK;
+            out.putInt(status);
+            out.put(ok ? Handshake.proof(key, 's', clientNonce, serverNonce, realmBytes) : new byte[Wire.PROOF_BYTES]);
             if (ok) {
                 state = State.SERVING;
                 clientNonce = null;
                 serverNonce = null;
+                realmBytes = null;
             } else {
-                refuseHandshake(Wire.HS_AUTH_FAILED);
+                refuseHandshake(status);
             }
             return true;
+        }
+
+        /** The secret of {@code name} the resolver gives, or null for a realm it does not know (or fails on). */
+        private byte[] secretOf(String name) {
+            try {
+                byte[] k = secrets.secretOf(name);
+                return k == null || k.length == 0 ? null : k;
+            } catch (RuntimeException e) {
+                errorLog.warn("the secret resolver failed for realm {} (a connection from {}, refused as of an "
+                        + "unknown realm): {}", Realms.printable(name), remote, e.toString());
+                return null;
+            }
         }
 
         /** The handshake failed: its slot goes back now; the refusal is written, then the connection drains. */
         private void refuseHandshake(int status) {
             connectionsRefused++;
-            handshakeLog.warn("refused connection from {}: {}", remote, Wire.handshakeStatus(status));
+            handshakeLog.warn("refused connection from {}: {}{}", remote, Wire.handshakeStatus(status),
+                    realm == null ? "" : " (realm " + Realms.printable(realm) + ")");
             clientNonce = null;
             serverNonce = null;
+            realmBytes = null;
             leaveHandshake();
             closeAfterFlush = true;
         }
@@ -909,8 +1004,8 @@ final class TcpResponder implements Runnable {
             TcpRegion r = table.get(rkey);
             int status;
             long offset = 0;
-            if (r == null) {
-                status = ReadStatus.UNKNOWN_KEY;
+            if (r == null || !readable(r)) {
+                status = ReadStatus.UNKNOWN_KEY; // another realm's region is not there, as far as this peer can tell
             } else if (r.access != RegionAccess.REMOTE_READ) {
                 status = ReadStatus.ACCESS_DENIED;
             } else if (length <= 0) {
@@ -951,6 +1046,18 @@ final class TcpResponder implements Runnable {
             }
         }
 
+        /**
+         * Whether this connection may READ {@code r}: always, on a node without secrets per realm; there, only
+         * a region of the realm it authenticated for. No allocation.
+         */
+        private boolean readable(TcpRegion r) {
+            if (secrets == null) {
+                return true;
+            }
+            String of = r.realm;
+            return of != null && (of == realm || of.equals(realm));
+        }
+
         private boolean controlBody() {
             for (;;) {
                 int n = Math.min(in.remaining(), control.remaining());
@@ -976,7 +1083,7 @@ final class TcpResponder implements Runnable {
             ByteBuffer reply;
             int status = ReadStatus.SUCCESS;
             try {
-                reply = handler.onMessage(control.asReadOnlyBuffer());
+                reply = handler.onMessage(realm, control.asReadOnlyBuffer());
             } catch (Throwable e) {
                 errorLog.warn("control handler failed for a message from {}: {}", remote, e.toString());
                 LOG.debug("the handler's failure", e);

@@ -1,17 +1,29 @@
 package org.rdmashuffle.transport.tcp;
 
+import org.rdmashuffle.transport.Realms;
+
 /** Frame layouts and constants of the tcp provider's protocol; docs/wire-format.md describes them. */
 final class Wire {
     static final int MAGIC = 0x52445348; // "RDSH"
-    static final short VERSION = 2;
+    /** The version this node speaks: 3 adds the realm to the HELLO. */
+    static final short VERSION = 3;
+    /**
+     * The oldest version accepted; a HELLO of it carries no realm. A client that names no realm sends
+     * it, so nodes that know only version 2 still accept it, and refuse one that names a realm by its version.
+     */
+    static final short VERSION_WITHOUT_REALM = 2;
 
-    static final int HELLO_BYTES = 24;      // magic u32, version u16, flags u16, client nonce [16]
+    static final int HELLO_BYTES = 24;      // magic u32, version u16, flags u16, client nonce [16]; then the realm
     static final int CHALLENGE_BYTES = 24;  // magic u32, version u16, status u16, server nonce [16]
     static final int AUTH_BYTES = 32;       // client proof [32]
     static final int WELCOME_BYTES = 36;    // status u32, server proof [32]
     static final int NONCE_BYTES = 16;
     static final int PROOF_BYTES = 32;
     static final int FLAG_AUTH = 1;
+    /** The HELLO names a realm: length u8 (1 to {@link Realms#MAX_BYTES}) and that many bytes of UTF-8 follow it. */
+    static final int FLAG_REALM = 2;
+    /** The longest HELLO: with the longest realm. */
+    static final int MAX_HELLO_BYTES = HELLO_BYTES + 1 + Realms.MAX_BYTES;
 
     static final int HS_OK = 0;
     static final int HS_BAD_VERSION = 1;
@@ -19,6 +31,12 @@ final class Wire {
     static final int HS_AUTH_FAILED = 3;
     /** The node serves as many connections as its limits allow; the client may retry. */
     static final int HS_BUSY = 4;
+    /** The realm the HELLO named is not one the node knows (never, or no longer: its job finished). */
+    static final int HS_UNKNOWN_REALM = 5;
+    /** The node keeps a secret per realm, and the HELLO named no realm. */
+    static final int HS_REALM_REQUIRED = 6;
+    /** The HELLO named a realm, and the node keeps no secrets per realm. */
+    static final int HS_REALM_UNSUPPORTED = 7;
 
     /** Request header: op u8, reserved u8[3], request id u32, length u32, rkey u32, address u64. */
     static final int REQUEST_HEADER_BYTES = 24;
@@ -42,7 +60,27 @@ final class Wire {
             case HS_AUTH_FAILED -> "authentication failed (different secrets)";
             case HS_BUSY -> "the peer serves as many connections as its limits allow (spark.shuffle.rdma.maxConnections, "
                     + "spark.shuffle.rdma.maxHandshakingConnections, spark.shuffle.rdma.maxConnectionsPerAddress)";
+            case HS_UNKNOWN_REALM -> "unknown realm";
+            case HS_REALM_REQUIRED -> "the peer keeps a secret per realm (job), and the connection named no realm";
+            case HS_REALM_UNSUPPORTED -> "the peer keeps no secrets per realm (job), and the connection named one";
             default -> "handshake status " + s;
+        };
+    }
+
+    /** {@link #handshakeStatus(int)} as the client of {@code realm} (null: none) reports it. */
+    static String handshakeStatus(int s, String realm) {
+        if (realm == null) {
+            return handshakeStatus(s);
+        }
+        String r = Realms.printable(realm);
+        return switch (s) {
+            case HS_BAD_VERSION -> "protocol version not supported by the peer (a peer older than realms refuses "
+                    + "a connection that names realm " + r + ")";
+            case HS_AUTH_MISMATCH -> "authentication failed for realm " + r + ": the peer has authentication off";
+            case HS_AUTH_FAILED -> "authentication failed for realm " + r + " (the peer holds a different secret for it)";
+            case HS_UNKNOWN_REALM -> "the peer does not know realm " + r;
+            case HS_REALM_UNSUPPORTED -> "the peer keeps no secrets per realm (job), and this node named realm " + r;
+            default -> handshakeStatus(s);
         };
     }
 }

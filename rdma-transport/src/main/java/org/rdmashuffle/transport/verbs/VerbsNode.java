@@ -30,8 +30,10 @@ import org.rdmashuffle.transport.NodeStats;
 import org.rdmashuffle.transport.PeerChannels;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
+import org.rdmashuffle.transport.RdmaTransport;
 import org.rdmashuffle.transport.ReadListener;
 import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.Realms;
 import org.rdmashuffle.transport.RegionAccess;
 import org.rdmashuffle.transport.TransportException;
 import org.rdmashuffle.transport.Mappings;
@@ -120,6 +122,9 @@ public final class VerbsNode implements RdmaNode {
 
     /** With the device reached through {@code choice} (tests: a device emulated in the JVM). */
     VerbsNode(RdmaShuffleConf conf, NodeOptions options, VerbsApis.Choice choice) throws IOException {
+        if (options.usesRealms()) {
+            throw new IllegalArgumentException("verbs: " + RdmaTransport.REALMS_ON_TCP_ONLY);
+        }
         this.conf = conf;
         this.userHandler = options.controlHandler();
         this.admissions = options.secret() == null ? null : new QueuePairAdmissions(options.secret());
@@ -210,7 +215,7 @@ public final class VerbsNode implements RdmaNode {
         byte op = request.get();
         switch (op) {
             case OP_USER:
-                return userHandler.onMessage(request.slice());
+                return userHandler.onMessage(null, request.slice()); // verbs serves no realms
             case OP_HELLO:
                 return ByteBuffer.allocate(8).putInt(0, rdmaPort).putInt(4, queuePairs.readDepth());
             case OP_ADMIT: {
@@ -702,8 +707,12 @@ public final class VerbsNode implements RdmaNode {
 
     // ---- memory ----
 
+    /** {@inheritDoc} A verbs node serves no realms (it has no secrets per realm): {@code realm} changes nothing. */
     @Override
-    public MemoryRegion register(ByteBuffer directBuffer, RegionAccess access) throws IOException {
+    public MemoryRegion register(ByteBuffer directBuffer, RegionAccess access, String realm) throws IOException {
+        if (realm != null) {
+            Realms.requireValid(realm);
+        }
         if (!directBuffer.isDirect()) {
             throw new IllegalArgumentException("only direct buffers can be registered");
         }
@@ -715,10 +724,13 @@ public final class VerbsNode implements RdmaNode {
      * path register a read-only shared mapping. Software devices (siw, rxe) pin every page for writing
      * and refuse read-only mappings; then the file is mapped read-write (never written), and where it
      * cannot be opened for writing its bytes are copied into registered memory. Each step down is logged
-     * once per node.
+     * once per node. A verbs node serves no realms: {@code realm} changes nothing.
      */
     @Override
-    public MemoryRegion registerFile(Path file, long offset, int length) throws IOException {
+    public MemoryRegion registerFile(Path file, long offset, int length, String realm) throws IOException {
+        if (realm != null) {
+            Realms.requireValid(realm);
+        }
         for (;;) {
             FileMemory mode = fileMode;
             ByteBuffer memory = null;
