@@ -12,9 +12,11 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.LongAdder;
+import java.util.function.IntFunction;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
 import org.rdmashuffle.pool.BufferPoolOptions;
+import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RdmaTransport;
@@ -48,6 +50,7 @@ public final class MapOutputServer implements AutoCloseable {
     private final RdmaShuffleConf conf;
     private final PeerDirectory directory;
     private final String id;
+    private final IntFunction<String> realmOfShuffle;
     private final RdmaNode node;
     private final BufferPool pool;
     /**
@@ -79,10 +82,26 @@ public final class MapOutputServer implements AutoCloseable {
      */
     public MapOutputServer(RdmaShuffleConf conf, String host, byte[] secret, PeerDirectory directory, String id)
             throws IOException {
+        this(conf, new NodeOptions(host, host, ControlHandler.NONE, secret), s -> ControlProtocol.tables(s::localTable), directory, id,
+                shuffleId -> null);
+    }
+
+    /**
+     * A server whose node answers control messages with {@code handler} (given this server, so that it can
+     * look up and publish outputs; called once, before the node starts), and whose output table of each
+     * shuffle only connections of {@code realmOfShuffle}'s realm may READ (null: any peer) — a MapReduce
+     * NodeManager serves many jobs, each its own realm.
+     *
+     * @param options the node's hosts and authentication; its control handler is replaced by {@code handler}'s
+     */
+    public MapOutputServer(RdmaShuffleConf conf, NodeOptions options,
+                           java.util.function.Function<MapOutputServer, ControlHandler> handler,
+                           PeerDirectory directory, String id, IntFunction<String> realmOfShuffle) throws IOException {
         this.conf = conf;
         this.directory = directory;
         this.id = id;
-        NodeOptions options = new NodeOptions(host, host, ControlProtocol.tables(this::localTable), secret);
+        this.realmOfShuffle = realmOfShuffle;
+        options = options.withControlHandler(handler.apply(this));
         this.node = RdmaTransport.open(conf, options);
         BufferPool p = null;
         try {
@@ -234,7 +253,7 @@ public final class MapOutputServer implements AutoCloseable {
             }
             t = tables.get(shuffleId);
             if (t == null) {
-                t = new ShuffleOutputTable(node, shuffleId, numMaps);
+                t = new ShuffleOutputTable(node, shuffleId, numMaps, realmOfShuffle.apply(shuffleId));
                 tables.put(shuffleId, t);
             }
             return t;
@@ -306,7 +325,7 @@ public final class MapOutputServer implements AutoCloseable {
                           long[] offsets) {
         try {
             MapOutputLayout layout = new MapOutputLayout(offsets, conf.maxRegionSizeBytes());
-            table.publish(mapIndex, mapId, RegisteredMapOutput.register(node, data.toPath(), layout));
+            table.publish(mapIndex, mapId, RegisteredMapOutput.register(node, data.toPath(), layout, table.realm()));
         } catch (IOException | RuntimeException e) {
             if (failed()) { // the node failed meanwhile: withdrawn, readers take the engine's path for every output
                 nodeFailureSeen();

@@ -30,10 +30,16 @@ public final class RegisteredMapOutput implements AutoCloseable {
 
     /** Registers {@code dataFile} (whose partition offsets are in {@code layout}) with {@code node}. */
     public static RegisteredMapOutput register(RdmaNode node, Path dataFile, MapOutputLayout layout) throws IOException {
+        return register(node, dataFile, layout, null);
+    }
+
+    /** As {@link #register(RdmaNode, Path, MapOutputLayout)}, READable only by connections of {@code realm}. */
+    public static RegisteredMapOutput register(RdmaNode node, Path dataFile, MapOutputLayout layout, String realm)
+            throws IOException {
         List<MemoryRegion> regions = new ArrayList<>(layout.regionCount());
         try {
             for (int r = 0; r < layout.regionCount(); r++) {
-                regions.add(node.registerFile(dataFile, layout.regionStart(r), layout.regionLength(r)));
+                regions.add(node.registerFile(dataFile, layout.regionStart(r), layout.regionLength(r), realm));
             }
         } catch (IOException | RuntimeException e) {
             closeAll(regions, e);

@@ -51,23 +51,39 @@ public final class ShuffleOutputTable implements AutoCloseable {
     private final MemoryRegion slotsRegion;
     private final MemoryRegion[] metadata;
     private final RegisteredMapOutput[] outputs;
+    /** The realm whose connections may READ this table's regions (a MapReduce job), or null: every peer. */
+    private final String realm;
     private boolean closed;
 
     public ShuffleOutputTable(RdmaNode node, int shuffleId, int numMaps) throws IOException {
+        this(node, shuffleId, numMaps, null);
+    }
+
+    /**
+     * A table whose regions — slots, metadata and every output published in it — only connections
+     * authenticated for {@code realm} may READ (null: any peer of the node).
+     */
+    public ShuffleOutputTable(RdmaNode node, int shuffleId, int numMaps, String realm) throws IOException {
         if (numMaps < 0) {
             throw new IllegalArgumentException("numMaps < 0: " + numMaps);
         }
         this.node = node;
         this.shuffleId = shuffleId;
         this.numMaps = numMaps;
+        this.realm = realm;
         this.slots = ByteBuffer.allocateDirect(Math.max(1, numMaps) * SLOT_BYTES);
-        this.slotsRegion = node.register(slots, RegionAccess.REMOTE_READ);
+        this.slotsRegion = node.register(slots, RegionAccess.REMOTE_READ, realm);
         this.metadata = new MemoryRegion[numMaps];
         this.outputs = new RegisteredMapOutput[numMaps];
     }
 
     public int shuffleId() {
         return shuffleId;
+    }
+
+    /** The realm whose connections may READ this table, or null for every peer. */
+    public String realm() {
+        return realm;
     }
 
     /** Length of the metadata region of a map output of {@code regionCount} regions and {@code numPartitions}. */
@@ -99,7 +115,7 @@ public final class ShuffleOutputTable implements AutoCloseable {
         ByteBuffer meta = output.takeMetadata(mapId); // the offsets live here from now on, not on the heap
         MemoryRegion metaRegion;
         try {
-            metaRegion = node.register(meta, RegionAccess.REMOTE_READ);
+            metaRegion = node.register(meta, RegionAccess.REMOTE_READ, realm);
         } catch (IOException | RuntimeException e) {
             output.close();
             throw e;

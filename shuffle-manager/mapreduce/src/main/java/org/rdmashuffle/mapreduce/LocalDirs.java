@@ -1,0 +1,90 @@
+package org.rdmashuffle.mapreduce;
+
+import java.io.File;
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.yarn.server.api.AuxiliaryLocalPathHandler;
+
+/**
+ * Where one NodeManager keeps what its containers wrote: {@code <local-dir>/usercache/<user>/appcache/<appId>/},
+ * map outputs under {@code output/<attemptId>/file.out(.index)}, and each container's {@code container_tokens}.
+ * Asks the NodeManager's {@link AuxiliaryLocalPathHandler} (which knows the good disks) when it has one, else
+ * the directories of {@code yarn.nodemanager.local-dirs}.
+ *
+ * <p>Paths are only ever built from ids the NodeManager gave (an application it ran a container of) and ids
+ * parsed into Hadoop's types, never from a peer's raw string.
+ */
+final class LocalDirs {
+    private final AuxiliaryLocalPathHandler handler;
+    private final List<File> configured;
+
+    LocalDirs(AuxiliaryLocalPathHandler handler, Configuration conf) {
+        this.handler = handler;
+        List<File> dirs = new ArrayList<>();
+        for (String d : conf.getTrimmedStrings(MapReduceRdmaConf.NM_LOCAL_DIRS)) {
+            dirs.add(new File(new Path(d).toUri().getPath()));
+        }
+        this.configured = List.copyOf(dirs);
+    }
+
+    /** {@code usercache/<user>/appcache/<appId>} relative to a local dir. */
+    static String appBase(String user, String appId) {
+        return "usercache/" + user + "/appcache/" + appId;
+    }
+
+    /** The existing file at {@code relative} under one of the local dirs, or null. */
+    File find(String relative) {
+        if (handler != null) {
+            try {
+                Path p = handler.getLocalPathForRead(relative);
+                if (p != null) {
+                    File f = new File(p.toUri().getPath());
+                    if (f.exists()) {
+                        return f;
+                    }
+                }
+            } catch (IOException e) {
+                // not on a good disk the handler knows: look at the configured ones too
+            }
+        }
+        for (File dir : configured) {
+            File f = new File(dir, relative);
+            if (f.exists()) {
+                return f;
+            }
+        }
+        return null;
+    }
+
+    /** Every existing directory {@code relative} names under the local dirs. */
+    List<File> findAll(String relative) {
+        List<File> found = new ArrayList<>();
+        if (handler != null) {
+            try {
+                for (Path p : handler.getAllLocalPathsForRead(relative)) {
+                    File f = new File(p.toUri().getPath());
+                    if (f.isDirectory() && !found.contains(f)) {
+                        found.add(f);
+                    }
+                }
+            } catch (IOException e) {
+                // fall through to the configured dirs
+            }
+        }
+        for (File dir : configured) {
+            File f = new File(dir, relative);
+            if (f.isDirectory() && !found.contains(f)) {
+                found.add(f);
+            }
+        }
+        return found;
+    }
+
+    @Override
+    public String toString() {
+        return configured.toString();
+    }
+}

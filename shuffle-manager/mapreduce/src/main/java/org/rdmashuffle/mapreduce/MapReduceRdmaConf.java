@@ -1,0 +1,75 @@
+package org.rdmashuffle.mapreduce;
+
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.hadoop.conf.Configuration;
+import org.rdmashuffle.conf.ConfigException;
+import org.rdmashuffle.conf.RdmaShuffleConf;
+
+/**
+ * The transport's configuration for MapReduce, from a Hadoop {@link Configuration}: every
+ * {@code spark.shuffle.rdma.<name>} key of {@link RdmaShuffleConf} is set in {@code yarn-site.xml} (the
+ * NodeManager's service) or {@code mapred-site.xml} / the job (reducers) as
+ * {@code mapreduce.shuffle.rdma.<name>}, validated the same way.
+ *
+ * <p>One key means something else here: the port. A reducer learns a map's host from its completion event, not
+ * the port of that host's service, so every NodeManager's service listens on the same fixed port and reducers
+ * connect to it: {@value #PORT} (default {@value #DEFAULT_PORT}; 0 and {@code port.maxRetries} are refused —
+ * a service that moved to another port would never be found).
+ */
+public final class MapReduceRdmaConf {
+    /** Prefix of this adapter's keys; {@code mapreduce.shuffle.rdma.<name>} sets {@code spark.shuffle.rdma.<name>}. */
+    public static final String PREFIX = "mapreduce.shuffle.rdma.";
+    /** The port of every NodeManager's service. */
+    public static final String PORT = PREFIX + "port";
+    public static final int DEFAULT_PORT = 13570;
+    /** The address the NodeManager's service listens on (default all of the host's). MapReduce only. */
+    public static final String BIND_HOST = PREFIX + "bindHost";
+    /** The auxiliary service's name in {@code yarn.nodemanager.aux-services}. */
+    public static final String SERVICE_NAME = "rdma_shuffle";
+    /** Where a NodeManager keeps map outputs: {@code yarn.nodemanager.local-dirs}. */
+    static final String NM_LOCAL_DIRS = "yarn.nodemanager.local-dirs";
+
+    private MapReduceRdmaConf() {
+    }
+
+    /**
+     * The transport's configuration from {@code hadoop}'s {@code mapreduce.shuffle.rdma.*} keys.
+     *
+     * @throws ConfigException listing every bad or unknown key (also a port of 0 or with retries)
+     */
+    public static RdmaShuffleConf from(Configuration hadoop) {
+        Map<String, String> settings = new HashMap<>();
+        for (Map.Entry<String, String> e : hadoop.getPropsWithPrefix(PREFIX).entrySet()) {
+            if (e.getKey().equals("bindHost")) {
+                continue; // this adapter's own key
+            }
+            settings.put(RdmaShuffleConf.PREFIX + e.getKey(), e.getValue());
+        }
+        settings.put(RdmaShuffleConf.PORT.name(), Integer.toString(port(hadoop)));
+        String retries = settings.get(RdmaShuffleConf.PORT_MAX_RETRIES.name());
+        if (retries != null && !retries.trim().equals("0")) {
+            throw new ConfigException(List.of(PREFIX + "port.maxRetries=" + retries
+                    + ": a NodeManager's service listens on " + PORT + " itself (reducers find it there); only 0"));
+        }
+        settings.put(RdmaShuffleConf.PORT_MAX_RETRIES.name(), "0");
+        return new RdmaShuffleConf(settings);
+    }
+
+    /** {@value #PORT}, checked: 1–65535. */
+    public static int port(Configuration hadoop) {
+        String raw = hadoop.getTrimmed(PORT, Integer.toString(DEFAULT_PORT));
+        int port;
+        try {
+            port = Integer.parseInt(raw);
+        } catch (NumberFormatException e) {
+            throw new ConfigException(List.of(PORT + "='" + raw + "': not a port number"));
+        }
+        if (port < 1 || port > 65535) {
+            throw new ConfigException(List.of(PORT + "=" + port + ": a fixed port of 1-65535 (reducers connect to it on"
+                    + " every NodeManager; 0 would pick one nobody knows)"));
+        }
+        return port;
+    }
+}

@@ -1,0 +1,305 @@
+package org.rdmashuffle.mapreduce;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.hadoop.mapreduce.TaskAttemptID;
+import org.apache.hadoop.mapreduce.task.reduce.MapHost;
+import org.apache.hadoop.mapreduce.task.reduce.MapOutput;
+import org.rdmashuffle.mapreduce.RegisterProtocol.MapAttempt;
+import org.rdmashuffle.mapreduce.RegisterProtocol.MapState;
+import org.rdmashuffle.pool.BufferPoolException;
+import org.rdmashuffle.shuffle.core.BlockFetcher;
+import org.rdmashuffle.shuffle.core.BlockFetcher.Block;
+import org.rdmashuffle.shuffle.core.BlockFetcher.Expected;
+import org.rdmashuffle.shuffle.core.BlockFetcher.Request;
+import org.rdmashuffle.shuffle.core.FetchFailure;
+import org.rdmashuffle.transport.NodeAddress;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One of a reduce task's fetcher threads: takes a NodeManager with known map outputs from Hadoop's scheduler,
+ * asks its service to register them ({@link RegisterProtocol}), READs this reducer's partition of each into
+ * pooled buffers with its own {@link BlockFetcher}, and hands the bytes to Hadoop's merge manager (in memory or
+ * on disk, as it decides; the IFile checksum and any codec are checked and undone there, as for HTTP).
+ *
+ * <p>What fails on a map output — not on the NodeManager, a failed READ, a bad checksum — is reported to the
+ * scheduler as that map's fetch failure ({@code copyFailed}, read error), which tells the ApplicationMaster as
+ * Hadoop's fetcher does, so the map is rerun. Outputs the service leaves unregistered, and every output of a
+ * NodeManager without a service (or one that refuses this job), are fetched with Hadoop's own HTTP fetcher.
+ *
+ * <p>Buffers: a block's pooled buffer is given back when the block is closed, right after the merge manager
+ * copied its bytes; the fetcher is closed (giving back what is still in flight) when the thread ends or a READ
+ * times out.
+ */
+final class RdmaFetcher<K, V> extends Thread {
+    private static final Logger LOG = LoggerFactory.getLogger(RdmaFetcher.class);
+
+    /** A reserved map output whose partition is being READ. */
+    private record Pending<K, V>(TaskAttemptID mapId, MapOutput<K, V> out, MapState state, long startMillis) {
+    }
+
+    private final RdmaShuffle<K, V> shuffle;
+    private final int id;
+    private final String clientProblem;
+    private final ReducerClient client;
+    private HttpFetcher<K, V> http;
+    private BlockFetcher fetcher;
+    private volatile boolean stopped;
+
+    RdmaFetcher(RdmaShuffle<K, V> shuffle, int id, ReducerClient client, String clientProblem) {
+        super("rdma-shuffle-fetcher-" + id);
+        setDaemon(true);
+        this.shuffle = shuffle;
+        this.id = id;
+        this.client = client;
+        this.clientProblem = clientProblem;
+    }
+
+    @Override
+    public void run() {
+        try {
+            while (!stopped) {
+                shuffle.merger().waitForResource();
+                MapHost host = shuffle.scheduler().getHost();
+                try {
+                    shuffle.metrics().threadBusy();
+                    fetchFrom(host);
+                } finally {
+                    shuffle.scheduler().freeHost(host);
+                    shuffle.metrics().threadFree();
+                }
+            }
+        } catch (InterruptedException e) {
+            // shut down
+        } catch (Throwable t) {
+            shuffle.reportException(t);
+        } finally {
+            closeFetcher();
+        }
+    }
+
+    void shutDown() throws InterruptedException {
+        stopped = true;
+        interrupt();
+        join(5000);
+    }
+
+    private void fetchFrom(MapHost host) throws IOException, InterruptedException {
+        String why = client == null ? clientProblem : client.httpReason(host);
+        if (why != null) {
+            overHttp(host, host.getNumKnownMapOutputs());
+            return;
+        }
+        List<TaskAttemptID> maps = shuffle.scheduler().getMapsForHost(host);
+        if (maps.isEmpty()) {
+            return;
+        }
+        Deque<TaskAttemptID> left = new ArrayDeque<>(maps);
+        List<TaskAttemptID> viaHttp = new ArrayList<>();
+        try {
+            while (!left.isEmpty()) {
+                List<TaskAttemptID> batch = new ArrayList<>();
+                while (!left.isEmpty() && batch.size() < RegisterProtocol.MAX_MAPS_PER_REQUEST) {
+                    batch.add(left.poll());
+                }
+                if (!readBatch(host, batch, left, viaHttp)) {
+                    break;
+                }
+            }
+        } finally {
+            for (TaskAttemptID m : left) {
+                shuffle.scheduler().putBackKnownMapOutput(host, m);
+            }
+        }
+        if (!viaHttp.isEmpty()) {
+            for (TaskAttemptID m : viaHttp) {
+                shuffle.scheduler().putBackKnownMapOutput(host, m);
+            }
+            overHttp(host, viaHttp.size());
+        }
+    }
+
+    /**
+     * READs one batch of {@code host}'s map outputs.
+     *
+     * @return false when the merge manager had no room (the rest of the batch is back in {@code left})
+     */
+    private boolean readBatch(MapHost host, List<TaskAttemptID> batch, Deque<TaskAttemptID> left,
+                              List<TaskAttemptID> viaHttp) throws InterruptedException, IOException {
+        NodeAddress service = client.serviceOf(host);
+        MapAttempt[] asked = new MapAttempt[batch.size()];
+        for (int i = 0; i < asked.length; i++) {
+            TaskAttemptID m = batch.get(i);
+            asked[i] = new MapAttempt(m.getTaskID().getId(), m.getId());
+        }
+        RegisterProtocol.Reply reply;
+        try {
+            reply = RegisterProtocol.parseReply(client.call(service, RegisterProtocol.encode(
+                    new RegisterProtocol.Request(shuffle.numMaps(), shuffle.numReduces(), shuffle.reduce(), asked))),
+                    asked.length);
+        } catch (IOException | IllegalArgumentException e) {
+            client.useHttp(host, "its rdma-shuffle service at " + service + " cannot be asked: " + e.getMessage());
+            viaHttp.addAll(batch);
+            viaHttp.addAll(left);
+            left.clear();
+            return false;
+        }
+        if (reply.status() != RegisterProtocol.OK) {
+            client.useHttp(host, "its rdma-shuffle service at " + service + " refused: " + reply.reason());
+            viaHttp.addAll(batch);
+            viaHttp.addAll(left);
+            left.clear();
+            return false;
+        }
+        Map<Integer, Pending<K, V>> pending = new HashMap<>();
+        boolean room = true;
+        int i = 0;
+        try {
+            for (; i < asked.length; i++) {
+                TaskAttemptID mapId = batch.get(i);
+                MapState st = reply.maps()[i];
+                if (!room || pending.containsKey(asked[i].mapIndex())) {
+                    left.addLast(mapId);
+                    continue;
+                }
+                if (st.state() == RegisterProtocol.MISSING) {
+                    failed(host, mapId, "its output is not on " + host.getHostName());
+                    continue;
+                }
+                if (st.state() == RegisterProtocol.VIA_HTTP) {
+                    viaHttp.add(mapId);
+                    continue;
+                }
+                MapOutput<K, V> out = shuffle.merger().reserve(mapId, st.rawLength(), id);
+                if (out == null) {
+                    room = false; // the merge manager is merging: the rest waits for the next turn of this host
+                    left.addLast(mapId);
+                    continue;
+                }
+                pending.put(asked[i].mapIndex(), new Pending<>(mapId, out, st, System.currentTimeMillis()));
+                fetcher().add(new Request(service, reply.table(), asked[i].mapIndex(), asked[i].attempt(),
+                        shuffle.reduce(), shuffle.reduce() + 1,
+                        new Expected(shuffle.numReduces(), st.partLength(), st.partLength())));
+            }
+            drain(host, pending, viaHttp);
+        } catch (BufferPoolException e) {
+            // This task's buffers ran out (not the host's fault): what is not fetched yet goes over HTTP.
+            unprocessed(batch, i, pending, left);
+            giveBack(host, pending);
+            client.useHttp(host, "this task's receive buffers ran out: " + e.getMessage());
+            closeFetcher();
+        } catch (InterruptedException | RuntimeException e) {
+            unprocessed(batch, i, pending, left);
+            giveBack(host, pending);
+            throw e;
+        }
+        return room;
+    }
+
+    /** Takes every pending READ's block (or failure) and hands the bytes to the merge manager. */
+    private void drain(MapHost host, Map<Integer, Pending<K, V>> pending, List<TaskAttemptID> viaHttp)
+            throws InterruptedException {
+        while (!pending.isEmpty()) {
+            Block b;
+            try {
+                b = fetcher().next();
+            } catch (FetchFailure e) {
+                Pending<K, V> p = e.request() == null ? null : pending.remove(e.request().mapIndex());
+                if (p != null) {
+                    p.out().abort();
+                    failed(host, p.mapId(), e.getMessage());
+                }
+                if (!e.isResult()) { // a READ timed out: what is still in flight is dropped with the fetcher
+                    closeFetcher();
+                    giveBack(host, pending);
+                }
+                continue;
+            }
+            try (b) {
+                Pending<K, V> p = pending.remove(b.request().mapIndex());
+                if (p == null) {
+                    continue;
+                }
+                if (b.unregistered()) {
+                    p.out().abort();
+                    viaHttp.add(p.mapId());
+                    continue;
+                }
+                try (InputStream in = b.open(0, b.length())) {
+                    p.out().shuffle(host, in, p.state().partLength(), p.state().rawLength(), shuffle.metrics(),
+                            shuffle.reporter());
+                } catch (IOException | BlockFetcher.StreamFailed e) {
+                    p.out().abort();
+                    failed(host, p.mapId(), e.getMessage());
+                    continue;
+                }
+                try {
+                    shuffle.scheduler().copySucceeded(p.mapId(), host, p.state().partLength(), p.startMillis(),
+                            System.currentTimeMillis(), p.out());
+                } catch (IOException e) {
+                    // committing to the merge manager failed: a local error, not the map's
+                    shuffle.reportException(e);
+                    continue;
+                }
+                shuffle.reporter().incrCounter(RdmaShuffleCounter.MAPS_READ, 1);
+                shuffle.reporter().incrCounter(RdmaShuffleCounter.BYTES_READ, p.state().partLength());
+            }
+        }
+    }
+
+    /** Puts the maps of {@code batch} from {@code from} on that are not pending into {@code left}. */
+    private static void unprocessed(List<TaskAttemptID> batch, int from, Map<Integer, ? extends Pending<?, ?>> pending,
+                                    Deque<TaskAttemptID> left) {
+        for (int j = from; j < batch.size(); j++) {
+            TaskAttemptID m = batch.get(j);
+            Pending<?, ?> p = pending.get(m.getTaskID().getId());
+            if (p == null || !p.mapId().equals(m)) {
+                left.addLast(m);
+            }
+        }
+    }
+
+    /** Aborts every reserved output not fetched yet and puts its map back for a later turn of the host. */
+    private void giveBack(MapHost host, Map<Integer, Pending<K, V>> pending) {
+        for (Pending<K, V> p : pending.values()) {
+            p.out().abort();
+            shuffle.scheduler().putBackKnownMapOutput(host, p.mapId());
+        }
+        pending.clear();
+    }
+
+    private void failed(MapHost host, TaskAttemptID mapId, String why) {
+        LOG.warn("rdma-shuffle: fetching {} from {} failed: {}", mapId, host.getHostName(), why);
+        shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
+        shuffle.scheduler().copyFailed(mapId, host, true, false);
+    }
+
+    private void overHttp(MapHost host, int maps) throws IOException {
+        if (http == null) {
+            http = shuffle.newHttpFetcher();
+        }
+        shuffle.reporter().incrCounter(RdmaShuffleCounter.MAPS_VIA_HTTP, maps);
+        http.fetch(host);
+    }
+
+    private BlockFetcher fetcher() {
+        if (fetcher == null) {
+            fetcher = client.newFetcher(shuffle.fetcherThreads());
+        }
+        return fetcher;
+    }
+
+    private void closeFetcher() {
+        if (fetcher != null) {
+            fetcher.close();
+            fetcher = null;
+        }
+    }
+}

@@ -1,0 +1,186 @@
+package org.rdmashuffle.mapreduce;
+
+import java.io.File;
+import java.io.IOException;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.mapred.SpillRecord;
+import org.apache.hadoop.mapreduce.JobID;
+import org.apache.hadoop.mapreduce.security.TokenCache;
+import org.apache.hadoop.security.Credentials;
+import org.apache.hadoop.security.token.Token;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The MapReduce jobs a process's service knows: one per application a NodeManager of this process ran a
+ * container of (learnt at container start; forgotten when the application stops on every such NodeManager).
+ * Each job is a realm of the node: its connections prove its shuffle secret, and its output table is READable
+ * by them only.
+ *
+ * <p>The shuffle secret is the one the job's tasks hold ({@code MapReduceShuffleToken} in the job's credentials,
+ * else the job token's password). The MapReduce ApplicationMaster hands it to Hadoop's {@code mapreduce_shuffle}
+ * service only, so this service reads it from the credentials the NodeManager wrote for one of the job's
+ * containers ({@code container_tokens} in the container's directory) the first time a reducer of the job
+ * connects, and keeps it until the job stops.
+ */
+final class ServedJobs {
+    private static final Logger LOG = LoggerFactory.getLogger(ServedJobs.class);
+    static final String CONTAINER_TOKENS = "container_tokens";
+
+    /** One job: its ids, the NodeManagers of this process that ran its containers, its secret once read. */
+    static final class Job {
+        final JobID jobId;
+        final String appId;
+        final String user;
+        final int shuffleId;
+        final Set<LocalDirs> on = ConcurrentHashMap.newKeySet();
+        private volatile byte[] secret;
+        /** Guarded by this: the job's map count (0 until a reducer said), each map index's registered output. */
+        int numMaps;
+        final Map<Integer, Registered> outputs = new HashMap<>();
+
+        Job(JobID jobId, String appId, String user, int shuffleId) {
+            this.jobId = jobId;
+            this.appId = appId;
+            this.user = user;
+            this.shuffleId = shuffleId;
+        }
+
+        String realm() {
+            return jobId.toString();
+        }
+
+        /** The first existing file {@code relative} (under the app's directory) names on its NodeManagers. */
+        File find(String relative) {
+            for (LocalDirs dirs : on) {
+                File f = dirs.find(LocalDirs.appBase(user, appId) + "/" + relative);
+                if (f != null) {
+                    return f;
+                }
+            }
+            return null;
+        }
+    }
+
+    /** A map attempt's output registered in its job's table, with its index for the lengths reducers ask. */
+    record Registered(int attempt, SpillRecord index) {
+    }
+
+    private final Configuration conf;
+    private final Map<String, Job> byRealm = new ConcurrentHashMap<>();
+    private final Map<Integer, Job> byShuffle = new ConcurrentHashMap<>();
+    private final AtomicInteger nextShuffleId = new AtomicInteger();
+
+    ServedJobs(Configuration conf) {
+        this.conf = conf;
+    }
+
+    /** Notes that {@code dirs}' NodeManager runs a container of {@code app} for {@code user}. */
+    Job learn(ApplicationId app, String user, LocalDirs dirs) {
+        JobID jobId = new JobID(Long.toString(app.getClusterTimestamp()), app.getId());
+        Job job = byRealm.computeIfAbsent(jobId.toString(), r -> {
+            Job j = new Job(jobId, app.toString(), user, nextShuffleId.getAndIncrement());
+            byShuffle.put(j.shuffleId, j);
+            return j;
+        });
+        job.on.add(dirs);
+        return job;
+    }
+
+    /**
+     * Notes that {@code app} stopped on {@code dirs}' NodeManager.
+     *
+     * @return the job when no NodeManager of this process holds it any more (the caller drops its table), or null
+     */
+    Job stopped(ApplicationId app, LocalDirs dirs) {
+        JobID jobId = new JobID(Long.toString(app.getClusterTimestamp()), app.getId());
+        Job job = byRealm.get(jobId.toString());
+        if (job == null) {
+            return null;
+        }
+        job.on.remove(dirs);
+        if (!job.on.isEmpty()) {
+            return null;
+        }
+        byRealm.remove(job.realm(), job);
+        byShuffle.remove(job.shuffleId, job);
+        return job;
+    }
+
+    Job job(String realm) {
+        return realm == null ? null : byRealm.get(realm);
+    }
+
+    /** The realm whose connections may READ {@code shuffleId}'s table. */
+    String realmOf(int shuffleId) {
+        Job j = byShuffle.get(shuffleId);
+        // A table is only created for a known job; a realm no connection can have keeps any other one out.
+        return j != null ? j.realm() : "-";
+    }
+
+    int size() {
+        return byRealm.size();
+    }
+
+    /**
+     * The shuffle secret of {@code realm}'s job, or null when this process serves no such job or cannot find its
+     * credentials (the connection is refused). Runs on the node's transport thread while a peer connects.
+     */
+    byte[] secretOf(String realm) {
+        Job job = job(realm);
+        if (job == null) {
+            return null;
+        }
+        byte[] s = job.secret;
+        if (s == null) {
+            synchronized (job) {
+                s = job.secret;
+                if (s == null) {
+                    s = readSecret(job);
+                    job.secret = s;
+                }
+            }
+        }
+        return s;
+    }
+
+    private byte[] readSecret(Job job) {
+        for (LocalDirs dirs : job.on) {
+            for (File appDir : dirs.findAll(LocalDirs.appBase(job.user, job.appId))) {
+                File[] containers = appDir.listFiles((d, name) -> name.startsWith("container_"));
+                if (containers == null) {
+                    continue;
+                }
+                for (File c : containers) {
+                    File tokens = new File(c, CONTAINER_TOKENS);
+                    if (!tokens.isFile()) {
+                        continue;
+                    }
+                    try {
+                        Credentials creds = Credentials.readTokenStorageFile(new Path(tokens.getPath()), conf);
+                        byte[] shuffle = TokenCache.getShuffleSecretKey(creds);
+                        if (shuffle != null && shuffle.length > 0) {
+                            return shuffle;
+                        }
+                        Token<?> jobToken = TokenCache.getJobToken(creds);
+                        if (jobToken != null && jobToken.getPassword().length > 0) {
+                            return jobToken.getPassword();
+                        }
+                    } catch (IOException | RuntimeException e) {
+                        LOG.warn("rdma-shuffle: cannot read {} of job {}: {}", tokens, job.realm(), e.toString());
+                    }
+                }
+            }
+        }
+        LOG.warn("rdma-shuffle: no credentials of job {} (application {}, user {}) found under {}: its reducers"
+                + " cannot connect here and fetch over HTTP", job.realm(), job.appId, job.user, job.on);
+        return null;
+    }
+}

@@ -1,0 +1,263 @@
+package org.rdmashuffle.mapreduce;
+
+import java.io.File;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.mapred.IndexRecord;
+import org.apache.hadoop.mapred.JobConf;
+import org.apache.hadoop.mapred.SpillRecord;
+import org.apache.hadoop.mapreduce.TaskAttemptID;
+import org.apache.hadoop.mapreduce.TaskID;
+import org.apache.hadoop.mapreduce.TaskType;
+import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.mapreduce.RegisterProtocol.MapAttempt;
+import org.rdmashuffle.mapreduce.RegisterProtocol.MapState;
+import org.rdmashuffle.shuffle.core.MapOutputServer;
+import org.rdmashuffle.shuffle.core.PeerDirectory;
+import org.rdmashuffle.shuffle.core.ShuffleOutputTable;
+import org.rdmashuffle.transport.ControlHandler;
+import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.NodeOptions;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The transport node of the NodeManagers of one process, on their fixed port: a {@link MapOutputServer}
+ * whose realms are the jobs ({@link ServedJobs}) and whose control handler answers REGISTER
+ * ({@link RegisterProtocol}). A production NodeManager is one per process; a MiniYARNCluster runs several in one
+ * process, and they share the port's node (each adds its local dirs; the last one to stop closes it).
+ *
+ * <p>Threads: {@link #acquire}/{@link #release} on NodeManager service threads; container and application
+ * events on the NodeManager's dispatcher; REGISTER and secret lookups on the node's transport thread (they
+ * read index files and credentials from local disk — the only disk reads this service does).
+ */
+final class ShuffleServer implements AutoCloseable {
+    private static final Logger LOG = LoggerFactory.getLogger(ShuffleServer.class);
+    /** Guarded by the class: the running server of each port in this process. */
+    private static final Map<Integer, ShuffleServer> BY_PORT = new HashMap<>();
+
+    private final int port;
+    private final JobConf jobConf;
+    private final ServedJobs jobs;
+    private final MapOutputServer server;
+    private int holders;
+
+    private ShuffleServer(int port, Configuration conf, RdmaShuffleConf rdma, String bindHost, String advertisedHost)
+            throws IOException {
+        this.port = port;
+        this.jobConf = new JobConf(conf);
+        this.jobs = new ServedJobs(conf);
+        NodeOptions options = new NodeOptions(bindHost, advertisedHost, ControlHandler.NONE, null)
+                .withSecrets(jobs::secretOf);
+        this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoDirectory(),
+                "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf);
+    }
+
+    /** The port's server, started for the first NodeManager of this process that asks. */
+    static ShuffleServer acquire(Configuration conf, RdmaShuffleConf rdma, String bindHost, String advertisedHost)
+            throws IOException {
+        int port = rdma.port();
+        synchronized (ShuffleServer.class) {
+            ShuffleServer s = BY_PORT.get(port);
+            if (s == null) {
+                s = new ShuffleServer(port, conf, rdma, bindHost, advertisedHost);
+                BY_PORT.put(port, s);
+                LOG.info("rdma-shuffle: MapReduce shuffle service listening at {}", s.server.node().localAddress());
+            }
+            s.holders++;
+            return s;
+        }
+    }
+
+    /** Gives back a NodeManager's hold; the last one closes the server. */
+    void release() {
+        synchronized (ShuffleServer.class) {
+            if (--holders > 0) {
+                return;
+            }
+            BY_PORT.remove(port, this);
+        }
+        close();
+    }
+
+    ServedJobs jobs() {
+        return jobs;
+    }
+
+    NodeAddress address() {
+        return server.node().localAddress();
+    }
+
+    MapOutputServer outputs() {
+        return server;
+    }
+
+    /** Drops a stopped job's table (its outputs deregistered and unmapped). */
+    void dropJob(ServedJobs.Job job) {
+        server.unregisterShuffle(job.shuffleId);
+        synchronized (job) {
+            job.outputs.clear();
+        }
+    }
+
+    private ControlHandler registerHandler() {
+        return new ControlHandler() {
+            @Override
+            public ByteBuffer onMessage(ByteBuffer request) {
+                return RegisterProtocol.encodeRefusal(RegisterProtocol.BAD_REQUEST, "connections must name their job");
+            }
+
+            @Override
+            public ByteBuffer onMessage(String realm, ByteBuffer request) {
+                return register(realm, request);
+            }
+        };
+    }
+
+    /** Answers a REGISTER from a connection authenticated for {@code realm}. */
+    ByteBuffer register(String realm, ByteBuffer message) {
+        ServedJobs.Job job = jobs.job(realm);
+        if (job == null) {
+            return RegisterProtocol.encodeRefusal(RegisterProtocol.UNKNOWN_JOB, "this NodeManager serves no job " + realm);
+        }
+        RegisterProtocol.Request r;
+        try {
+            r = RegisterProtocol.parseRequest(message);
+        } catch (IllegalArgumentException e) {
+            LOG.warn("rdma-shuffle: a bad REGISTER for job {}: {}", realm, e.getMessage());
+            return RegisterProtocol.encodeRefusal(RegisterProtocol.BAD_REQUEST, e.getMessage());
+        }
+        synchronized (job) {
+            if (job.numMaps == 0) {
+                job.numMaps = r.numMaps();
+            } else if (job.numMaps != r.numMaps()) {
+                return RegisterProtocol.encodeRefusal(RegisterProtocol.BAD_REQUEST, "job " + realm + " has "
+                        + job.numMaps + " maps, not " + r.numMaps());
+            }
+            ShuffleOutputTable table;
+            try {
+                table = server.table(job.shuffleId, job.numMaps);
+            } catch (IOException | RuntimeException e) {
+                LOG.warn("rdma-shuffle: no output table for job {}: {}", realm, e.toString());
+                return RegisterProtocol.encodeRefusal(RegisterProtocol.UNKNOWN_JOB, "its output table cannot be"
+                        + " registered here: " + e.getMessage());
+            }
+            if (table == null) {
+                return RegisterProtocol.encodeRefusal(RegisterProtocol.UNKNOWN_JOB, "job " + realm + " stopped here");
+            }
+            MapState[] states = new MapState[r.maps().length];
+            for (int i = 0; i < states.length; i++) {
+                states[i] = serve(job, r, r.maps()[i]);
+            }
+            return RegisterProtocol.encodeOk(table.descriptor(), states);
+        }
+    }
+
+    /** Registers {@code m}'s output if it is not yet, and says what the reducer finds in the table. */
+    private MapState serve(ServedJobs.Job job, RegisterProtocol.Request r, MapAttempt m) {
+        ServedJobs.Registered reg = job.outputs.get(m.mapIndex());
+        if (reg == null || reg.attempt() != m.attempt()) {
+            TaskAttemptID attempt = new TaskAttemptID(new TaskID(job.jobId, TaskType.MAP, m.mapIndex()), m.attempt());
+            String base = "output/" + attempt + "/";
+            File index = job.find(base + "file.out.index");
+            File data = job.find(base + "file.out");
+            if (index == null || data == null) {
+                LOG.info("rdma-shuffle: output of {} is not on this NodeManager", attempt);
+                return MapState.GONE;
+            }
+            SpillRecord spill;
+            try {
+                spill = new SpillRecord(new Path(index.getPath()), jobConf);
+            } catch (IOException e) {
+                LOG.warn("rdma-shuffle: cannot read the index of {}: {}", attempt, e.toString());
+                return MapState.GONE;
+            }
+            long[] offsets = offsets(spill, r.numReduces(), data.length());
+            if (offsets == null) {
+                LOG.warn("rdma-shuffle: index {} ({} partitions) does not describe {} ({} bytes) of a job of {}"
+                        + " reduces contiguously: that output goes over HTTP", index, spill.size(), data,
+                        data.length(), r.numReduces());
+                return MapState.HTTP;
+            }
+            server.publish(job.shuffleId, job.numMaps, m.mapIndex(), m.attempt(), data, offsets);
+            reg = new ServedJobs.Registered(m.attempt(), spill);
+            job.outputs.put(m.mapIndex(), reg);
+        }
+        IndexRecord rec = reg.index().getIndex(r.reduce());
+        return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
+    }
+
+    /** The partitions' offsets if {@code spill} lays them out back to back from 0 within the file, else null. */
+    static long[] offsets(SpillRecord spill, int partitions, long fileLength) {
+        if (spill.size() != partitions) {
+            return null;
+        }
+        long[] offsets = new long[partitions + 1];
+        long at = 0;
+        for (int p = 0; p < partitions; p++) {
+            IndexRecord rec = spill.getIndex(p);
+            if (rec.startOffset != at || rec.partLength < 0 || rec.rawLength < 0) {
+                return null;
+            }
+            offsets[p] = at;
+            at += rec.partLength;
+        }
+        offsets[partitions] = at;
+        return at <= fileLength ? offsets : null;
+    }
+
+    @Override
+    public void close() {
+        server.close();
+    }
+
+    /** MapReduce reducers find a NodeManager's node at its host and the fixed port: no directory. */
+    private static final class NoDirectory implements PeerDirectory {
+        @Override
+        public void register(String peerId, NodeAddress address, long incarnation) {
+        }
+
+        @Override
+        public Found find(String peerId) {
+            return Found.NONE;
+        }
+
+        @Override
+        public Found recheck(String peerId) {
+            return Found.NONE;
+        }
+
+        @Override
+        public boolean knownRemoved(String peerId) {
+            return false;
+        }
+
+        @Override
+        public boolean removed(String peerId) {
+            return false;
+        }
+
+        @Override
+        public List<NodeAddress> refreshRemoved() {
+            return List.of();
+        }
+
+        @Override
+        public void invalidate(String peerId) {
+        }
+
+        @Override
+        public void forget(String peerId) {
+        }
+
+        @Override
+        public int[] goneShuffles(int[] held) {
+            return new int[0];
+        }
+    }
+}

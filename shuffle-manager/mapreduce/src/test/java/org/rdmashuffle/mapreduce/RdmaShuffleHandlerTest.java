@@ -1,0 +1,353 @@
+package org.rdmashuffle.mapreduce;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.File;
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.SplittableRandom;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.mapred.IndexRecord;
+import org.apache.hadoop.mapred.JobConf;
+import org.apache.hadoop.mapred.SpillRecord;
+import org.apache.hadoop.mapreduce.JobID;
+import org.apache.hadoop.mapreduce.TaskAttemptID;
+import org.apache.hadoop.mapreduce.TaskID;
+import org.apache.hadoop.mapreduce.TaskType;
+import org.apache.hadoop.mapreduce.security.TokenCache;
+import org.apache.hadoop.security.Credentials;
+import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.ContainerId;
+import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.server.api.ApplicationTerminationContext;
+import org.apache.hadoop.yarn.server.api.ContainerInitializationContext;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.mapreduce.RegisterProtocol.MapAttempt;
+import org.rdmashuffle.shuffle.core.BlockFetcher;
+import org.rdmashuffle.shuffle.core.BlockFetcher.Block;
+import org.rdmashuffle.shuffle.core.BlockFetcher.Request;
+import org.rdmashuffle.shuffle.core.FetchFailure;
+import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.RegionDescriptor;
+
+/**
+ * The NodeManager service without a cluster: NodeManager local dirs laid out as YARN lays them out (a container's
+ * {@code container_tokens}, map outputs under {@code output/<attempt>/}), the service started as a NodeManager
+ * starts it, and reducers' clients over real sockets.
+ */
+class RdmaShuffleHandlerTest {
+    private static final String USER = "alice";
+    private static final int REDUCES = 4;
+    private static final int MAPS = 3;
+
+    @TempDir
+    Path dir;
+    private int port;
+    private Configuration nmConf;
+    private RdmaShuffleHandler service;
+
+    @BeforeEach
+    void startService() throws Exception {
+        try (ServerSocket s = new ServerSocket(0)) {
+            port = s.getLocalPort();
+        }
+        nmConf = nodeManagerConf(dir.resolve("nm1"));
+        service = new RdmaShuffleHandler();
+        service.init(nmConf);
+        service.start();
+    }
+
+    @AfterEach
+    void stopService() {
+        service.stop();
+    }
+
+    private Configuration nodeManagerConf(Path localDir) throws IOException {
+        Files.createDirectories(localDir);
+        Configuration c = new Configuration(false);
+        c.set(MapReduceRdmaConf.NM_LOCAL_DIRS, localDir.toString());
+        c.set(MapReduceRdmaConf.PORT, Integer.toString(port));
+        c.set(MapReduceRdmaConf.PREFIX + "provider", "tcp");
+        c.set(MapReduceRdmaConf.PREFIX + "bindHost", "127.0.0.1");
+        c.set("yarn.nodemanager.hostname", "127.0.0.1");
+        return c;
+    }
+
+    /** An application with a container on the NodeManager of {@code localDir} that holds {@code secret}. */
+    private static JobID runContainer(RdmaShuffleHandler nm, Path localDir, int appNumber, byte[] secret)
+            throws IOException {
+        ApplicationId app = ApplicationId.newInstance(1_700_000_000_000L, appNumber);
+        ContainerId container = ContainerId.newContainerId(ApplicationAttemptId.newInstance(app, 1), 1);
+        Path containerDir = localDir.resolve(LocalDirs.appBase(USER, app.toString())).resolve(container.toString());
+        Files.createDirectories(containerDir);
+        Credentials creds = new Credentials();
+        TokenCache.setShuffleSecretKey(secret, creds);
+        creds.writeTokenStorageFile(new org.apache.hadoop.fs.Path(containerDir.resolve("container_tokens").toString()),
+                new Configuration(false));
+        nm.initializeContainer(new ContainerInitializationContext(USER, container, Resource.newInstance(512, 1)));
+        return new JobID(Long.toString(app.getClusterTimestamp()), app.getId());
+    }
+
+    /** Writes map {@code map}'s attempt output of {@link #REDUCES} partitions of random bytes; returns them. */
+    private static byte[][] writeMapOutput(Path localDir, JobID job, int map, int attempt, long seed) throws IOException {
+        ApplicationId app = ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId());
+        TaskAttemptID id = new TaskAttemptID(new TaskID(job, TaskType.MAP, map), attempt);
+        Path out = localDir.resolve(LocalDirs.appBase(USER, app.toString())).resolve("output").resolve(id.toString());
+        Files.createDirectories(out);
+        SplittableRandom rnd = new SplittableRandom(seed);
+        byte[][] parts = new byte[REDUCES][];
+        SpillRecord index = new SpillRecord(REDUCES);
+        long at = 0;
+        try (var data = Files.newOutputStream(out.resolve("file.out"))) {
+            for (int p = 0; p < REDUCES; p++) {
+                parts[p] = new byte[1 + rnd.nextInt(100_000)];
+                rnd.nextBytes(parts[p]);
+                data.write(parts[p]);
+                index.putIndex(new IndexRecord(at, parts[p].length * 2L, parts[p].length), p);
+                at += parts[p].length;
+            }
+        }
+        index.writeToFile(new org.apache.hadoop.fs.Path(out.resolve("file.out.index").toString()), new JobConf());
+        return parts;
+    }
+
+    private ReducerClient reducer(JobID job, byte[] secret) throws IOException {
+        return new ReducerClient(MapReduceRdmaConf.from(nmConf), job.toString(), secret);
+    }
+
+    private static RegisterProtocol.Reply register(ReducerClient client, NodeAddress service, int reduce,
+                                                   MapAttempt... maps) throws Exception {
+        ByteBuffer reply = client.call(service, RegisterProtocol.encode(
+                new RegisterProtocol.Request(MAPS, REDUCES, reduce, maps)));
+        return RegisterProtocol.parseReply(reply, maps.length);
+    }
+
+    private NodeAddress service(ReducerClient client) {
+        return new NodeAddress("127.0.0.1", port, service.server().address().provider());
+    }
+
+    private static byte[] read(ReducerClient client, NodeAddress service, RegionDescriptor table, int map, int attempt,
+                               int reduce) throws Exception {
+        try (BlockFetcher f = client.newFetcher(1)) {
+            f.add(new Request(service, table, map, attempt, reduce, reduce + 1));
+            try (Block b = f.next()) {
+                assertFalse(b.unregistered(), () -> "left to HTTP: " + b.viaSparkReason());
+                byte[] bytes = new byte[(int) b.length()];
+                b.bytes().get(bytes);
+                return bytes;
+            }
+        }
+    }
+
+    @Test
+    void shouldServeEachMapsPartitionToAReducerHoldingItsJobsSecretWithTheLengthsOfItsIndex() throws Exception {
+        byte[] secret = "secret-of-job-1".getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 1, secret);
+        byte[][][] outputs = new byte[MAPS][][];
+        for (int m = 0; m < MAPS; m++) {
+            outputs[m] = writeMapOutput(dir.resolve("nm1"), job, m, 0, 100 + m);
+        }
+        try (ReducerClient client = reducer(job, secret)) {
+            NodeAddress at = service(client);
+            for (int reduce = 0; reduce < REDUCES; reduce++) {
+                RegisterProtocol.Reply reply = register(client, at, reduce, new MapAttempt(0, 0), new MapAttempt(1, 0),
+                        new MapAttempt(2, 0));
+                assertEquals(RegisterProtocol.OK, reply.status(), reply.reason());
+                for (int m = 0; m < MAPS; m++) {
+                    RegisterProtocol.MapState st = reply.maps()[m];
+                    assertEquals(RegisterProtocol.PUBLISHED, st.state());
+                    assertEquals(outputs[m][reduce].length, st.partLength());
+                    assertEquals(outputs[m][reduce].length * 2L, st.rawLength(), "rawLength from the index");
+                    assertArrayEquals(outputs[m][reduce], read(client, at, reply.table(), m, 0, reduce));
+                }
+            }
+        }
+        assertTrue(service.server().outputs().registeredOutputBytes() > 0);
+    }
+
+    @Test
+    void shouldRefuseAReducerWithoutTheJobsSecretBeforeAnyByte() throws Exception {
+        JobID job = runContainer(service, dir.resolve("nm1"), 2, "the-real-secret".getBytes());
+        writeMapOutput(dir.resolve("nm1"), job, 0, 0, 1);
+        try (ReducerClient client = reducer(job, "a-guessed-secret".getBytes())) {
+            IOException e = assertThrows(IOException.class,
+                    () -> register(client, service(client), 0, new MapAttempt(0, 0)));
+            assertTrue(e.getMessage().contains("auth") || e.getMessage().contains("secret")
+                    || e.getMessage().contains("realm"), e.getMessage());
+        }
+        assertEquals(0, service.server().outputs().registeredOutputBytes(), "nothing registered for a refused peer");
+    }
+
+    @Test
+    void shouldNotLetAReducerOfAnotherJobReadAJobsOutputsEvenWithItsTableDescriptor() throws Exception {
+        byte[] secretA = "secret-A".getBytes();
+        byte[] secretB = "secret-B".getBytes();
+        JobID jobA = runContainer(service, dir.resolve("nm1"), 3, secretA);
+        JobID jobB = runContainer(service, dir.resolve("nm1"), 4, secretB);
+        byte[][] a = writeMapOutput(dir.resolve("nm1"), jobA, 0, 0, 7);
+        writeMapOutput(dir.resolve("nm1"), jobB, 0, 0, 8);
+        try (ReducerClient clientA = reducer(jobA, secretA); ReducerClient clientB = reducer(jobB, secretB)) {
+            RegisterProtocol.Reply ra = register(clientA, service(clientA), 1, new MapAttempt(0, 0));
+            assertArrayEquals(a[1], read(clientA, service(clientA), ra.table(), 0, 0, 1));
+            // B learns A's table descriptor somehow: its READs of A's regions fail as unknown keys do.
+            try (BlockFetcher f = clientB.newFetcher(1)) {
+                f.add(new Request(service(clientB), ra.table(), 0, 0, 1, 2));
+                assertThrows(FetchFailure.class, f::next);
+            }
+            // And a REGISTER on B's connection only ever names B's maps.
+            RegisterProtocol.Reply rb = register(clientB, service(clientB), 1, new MapAttempt(0, 0));
+            assertEquals(RegisterProtocol.OK, rb.status());
+            assertFalse(rb.table().equals(ra.table()));
+        }
+    }
+
+    @Test
+    void shouldAnswerMissingForAnAttemptWhoseOutputIsNotOnTheNodeManager() throws Exception {
+        byte[] secret = "s".repeat(20).getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 5, secret);
+        writeMapOutput(dir.resolve("nm1"), job, 0, 0, 1);
+        try (ReducerClient client = reducer(job, secret)) {
+            RegisterProtocol.Reply r = register(client, service(client), 0, new MapAttempt(0, 0), new MapAttempt(1, 0),
+                    new MapAttempt(0, 1));
+            assertEquals(RegisterProtocol.PUBLISHED, r.maps()[0].state());
+            assertEquals(RegisterProtocol.MISSING, r.maps()[1].state(), "map 1 never ran here");
+            assertEquals(RegisterProtocol.MISSING, r.maps()[2].state(), "attempt 1 of map 0 never ran here");
+        }
+    }
+
+    @Test
+    void shouldServeTheAttemptAReducerNamesAndLeaveAnOlderOnesReadersToHttp() throws Exception {
+        byte[] secret = "rerun".repeat(5).getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 6, secret);
+        writeMapOutput(dir.resolve("nm1"), job, 0, 0, 1);
+        byte[][] second = writeMapOutput(dir.resolve("nm1"), job, 0, 1, 2);
+        try (ReducerClient client = reducer(job, secret)) {
+            NodeAddress at = service(client);
+            RegisterProtocol.Reply first = register(client, at, 2, new MapAttempt(0, 0));
+            RegisterProtocol.Reply rerun = register(client, at, 2, new MapAttempt(0, 1));
+            assertArrayEquals(second[2], read(client, at, rerun.table(), 0, 1, 2));
+            try (BlockFetcher f = client.newFetcher(1)) {
+                f.add(new Request(at, first.table(), 0, 0, 2, 3));
+                try (Block b = f.next()) {
+                    assertTrue(b.unregistered(), "attempt 0 was replaced in the table: its reader goes to HTTP");
+                }
+            }
+        }
+    }
+
+    @Test
+    void shouldRefuseLyingRegistersAndKeepServing() throws Exception {
+        byte[] secret = "liar".repeat(5).getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 7, secret);
+        byte[][] parts = writeMapOutput(dir.resolve("nm1"), job, 0, 0, 1);
+        try (ReducerClient client = reducer(job, secret)) {
+            NodeAddress at = service(client);
+            ByteBuffer cut = RegisterProtocol.encode(new RegisterProtocol.Request(MAPS, REDUCES, 0,
+                    new MapAttempt[] {new MapAttempt(0, 0)}));
+            cut.limit(cut.limit() - 3);
+            assertRefused(client.call(at, cut), "5 bytes for 1 maps");
+            ByteBuffer outside = ByteBuffer.allocate(26).put(RegisterProtocol.REGISTER).put(RegisterProtocol.VERSION)
+                    .putInt(MAPS).putInt(REDUCES).putInt(0).putInt(1).putInt(MAPS).putInt(0).flip();
+            assertRefused(client.call(at, outside), "map index 3 of 3");
+            ByteBuffer tooMany = ByteBuffer.allocate(18).put(RegisterProtocol.REGISTER).put(RegisterProtocol.VERSION)
+                    .putInt(MAPS).putInt(REDUCES).putInt(0).putInt(Integer.MAX_VALUE).flip();
+            assertRefused(client.call(at, tooMany), "count");
+            ByteBuffer huge = RegisterProtocol.encode(new RegisterProtocol.Request(RegisterProtocol.MAX_MAPS + 1, REDUCES,
+                    0, new MapAttempt[] {new MapAttempt(0, 0)}));
+            assertRefused(client.call(at, huge), "numMaps");
+            RegisterProtocol.Reply ok = register(client, at, 3, new MapAttempt(0, 0));
+            assertArrayEquals(parts[3], read(client, at, ok.table(), 0, 0, 3));
+            ByteBuffer otherCount = RegisterProtocol.encode(new RegisterProtocol.Request(MAPS + 5, REDUCES, 0,
+                    new MapAttempt[] {new MapAttempt(0, 0)}));
+            assertRefused(client.call(at, otherCount), "has 3 maps");
+        }
+    }
+
+    private static void assertRefused(ByteBuffer reply, String reasonPart) {
+        RegisterProtocol.Reply r = RegisterProtocol.parseReply(reply, 1);
+        assertEquals(RegisterProtocol.BAD_REQUEST, r.status());
+        assertTrue(r.reason().contains(reasonPart), r.reason());
+    }
+
+    @Test
+    void shouldDeregisterAJobsOutputsWhenItsApplicationStopsAndRefuseItsReducersAfter() throws Exception {
+        byte[] secret = "stopping".repeat(3).getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 8, secret);
+        writeMapOutput(dir.resolve("nm1"), job, 1, 0, 3);
+        try (ReducerClient client = reducer(job, secret)) {
+            register(client, service(client), 0, new MapAttempt(1, 0));
+        }
+        assertTrue(service.server().outputs().registeredOutputBytes() > 0);
+        service.stopApplication(new ApplicationTerminationContext(
+                ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId())));
+        assertEquals(0, service.server().outputs().registeredOutputBytes());
+        try (ReducerClient client = reducer(job, secret)) {
+            assertThrows(IOException.class, () -> register(client, service(client), 0, new MapAttempt(1, 0)));
+        }
+    }
+
+    @Test
+    void shouldShareThePortsNodeBetweenTwoNodeManagersOfOneProcessAndServeEachOnesOutputs() throws Exception {
+        Path nm2Dir = dir.resolve("nm2");
+        RdmaShuffleHandler nm2 = new RdmaShuffleHandler();
+        nm2.init(nodeManagerConf(nm2Dir));
+        nm2.start();
+        try {
+            assertNotNull(nm2.server());
+            assertTrue(nm2.server() == service.server(), "one node per port in a process");
+            byte[] secret = "shared".repeat(4).getBytes();
+            JobID job = runContainer(service, dir.resolve("nm1"), 9, secret);
+            runContainer(nm2, nm2Dir, 9, secret);
+            byte[][] onFirst = writeMapOutput(dir.resolve("nm1"), job, 0, 0, 5);
+            byte[][] onSecond = writeMapOutput(nm2Dir, job, 1, 0, 6);
+            try (ReducerClient client = reducer(job, secret)) {
+                NodeAddress at = service(client);
+                RegisterProtocol.Reply r = register(client, at, 1, new MapAttempt(0, 0), new MapAttempt(1, 0));
+                assertArrayEquals(onFirst[1], read(client, at, r.table(), 0, 0, 1));
+                assertArrayEquals(onSecond[1], read(client, at, r.table(), 1, 0, 1));
+            }
+        } finally {
+            nm2.stop();
+        }
+        File stillServing = new File(dir.toFile(), "nm1");
+        assertTrue(stillServing.isDirectory());
+        assertNotNull(service.server(), "the first NodeManager's service still runs");
+        assertTrue(service.server().address().port() == port);
+    }
+
+    @Test
+    void shouldRefuseAPortOfZeroOrRetriesAtStartSayingWhy() {
+        Configuration c = new Configuration(false);
+        c.set(MapReduceRdmaConf.PORT, "0");
+        RdmaShuffleHandler h = new RdmaShuffleHandler();
+        Exception e = assertThrows(Exception.class, () -> h.init(c));
+        assertTrue(String.valueOf(e.getMessage()).contains(MapReduceRdmaConf.PORT)
+                || String.valueOf(e.getCause()).contains(MapReduceRdmaConf.PORT), String.valueOf(e));
+        Configuration r = new Configuration(false);
+        r.set(MapReduceRdmaConf.PREFIX + "port.maxRetries", "3");
+        assertThrows(Exception.class, () -> MapReduceRdmaConf.from(r));
+        Configuration unknown = new Configuration(false);
+        unknown.set(MapReduceRdmaConf.PREFIX + "noSuchKey", "1");
+        assertThrows(RuntimeException.class, () -> MapReduceRdmaConf.from(unknown));
+        assertEquals(RdmaShuffleConf.Provider.TCP, MapReduceRdmaConf.from(withProvider()).provider());
+    }
+
+    private static Configuration withProvider() {
+        Configuration c = new Configuration(false);
+        c.set(MapReduceRdmaConf.PREFIX + "provider", "tcp");
+        return c;
+    }
+}
