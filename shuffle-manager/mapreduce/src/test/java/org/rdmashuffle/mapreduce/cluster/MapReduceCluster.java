@@ -1,0 +1,368 @@
+package org.rdmashuffle.mapreduce.cluster;
+
+import java.io.File;
+import java.io.IOException;
+import java.net.URI;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.OptionalInt;
+import java.util.Set;
+import java.util.TreeSet;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.mapred.ShuffleHandler;
+import org.apache.hadoop.mapreduce.MRConfig;
+import org.apache.hadoop.mapreduce.MRJobConfig;
+import org.apache.hadoop.mapreduce.v2.MiniMRYarnCluster;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.nodemanager.NodeManager;
+import org.apache.hadoop.yarn.server.nodemanager.containermanager.AuxServices;
+import org.apache.hadoop.yarn.server.nodemanager.containermanager.records.AuxServiceConfiguration;
+import org.apache.hadoop.yarn.server.nodemanager.containermanager.records.AuxServiceRecord;
+import org.apache.hadoop.yarn.server.nodemanager.containermanager.records.AuxServiceRecords;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A real Hadoop MapReduce cluster in this JVM, for tests: one ResourceManager and two NodeManagers of a
+ * {@link MiniMRYarnCluster} on the local file system (no HDFS). Every NodeManager runs Hadoop's own shuffle
+ * service ({@value ShuffleHandler#MAPREDUCE_SHUFFLE_SERVICEID}, {@link ShuffleHandler}) and, when asked for with
+ * {@link Builder#withRdmaService(boolean)} and where the class can be loaded, {@value #RDMA_SERVICE_NAME}
+ * ({@value #RDMA_SERVICE_CLASS}) beside it.
+ *
+ * <h2>How the auxiliary services are installed</h2>
+ * {@code MiniMRYarnCluster.serviceInit} overwrites {@code yarn.nodemanager.aux-services} with just
+ * {@code mapreduce_shuffle}, so the list cannot be configured. Instead the NodeManagers run with the aux-services
+ * manifest enabled ({@code yarn.nodemanager.aux-services.manifest.enabled}) and no manifest file, which makes
+ * {@link AuxServices} ignore that key and start with no service; once the cluster is up, each NodeManager is given
+ * the list through {@link AuxServices#reload(AuxServiceRecords)}, the public call behind the NodeManager's
+ * {@code PUT /ws/v1/node/auxiliaryservices}. (A manifest file would do the same, but AuxServices rejects one
+ * with any group- or world-writable ancestor, and a checkout under /tmp has one.) Each service is initialised with
+ * the NodeManager's configuration, so {@link Builder#nodeManagerSetting} reaches it.
+ *
+ * <h2>How containers get the classpath</h2>
+ * In a mini cluster ({@code yarn.is.minicluster}) the MR client and ApplicationMaster put their own
+ * {@code java.class.path} on each container's CLASSPATH ({@code MRApps.setMRFrameworkClasspath}). The MR AM and
+ * every YarnChild therefore see the test classpath: this module's classes and test classes and its dependencies.
+ *
+ * <h2>Sizing for a 2-core machine</h2>
+ * Each NodeManager offers {@value #NODE_MANAGER_MEMORY_MB} MB; the AM and each map take {@value #AM_MEMORY_MB} and
+ * {@value #MAP_MEMORY_MB} MB, a reduce {@value #REDUCE_MEMORY_MB} MB (heaps 384, 384 and 512 MB). An AM and eight
+ * maps need nine 512 MB slots and a NodeManager has six, so the maps of an eight-map job run on both NodeManagers.
+ * Reduces start only once every map has finished ({@code mapreduce.job.reduce.slowstart.completedmaps = 1.0}), so
+ * they never hold memory the maps wait for, and at most three fit on a NodeManager: four reduces run on both.
+ * Heartbeats and polls are 100 ms; speculation is off so attempts are the tasks themselves.
+ *
+ * <h2>What stays on disk</h2>
+ * NodeManagers delete nothing: container logs ({@link #logDirs}) and local dirs ({@link #localDirs}, with the map
+ * outputs) stay under {@link #clusterDir()} after the jobs and after {@link #close()}, for the test or a person to
+ * read; {@code mvn clean} removes them.
+ *
+ * <p>Not thread safe: build, use and close it from one test thread. {@link #close()} is idempotent.
+ */
+public final class MapReduceCluster implements AutoCloseable {
+    /** The NodeManager aux-service name the RDMA shuffle handler runs under. */
+    public static final String RDMA_SERVICE_NAME = "rdma_shuffle";
+    /** The class of the RDMA shuffle handler, loaded by name so that this harness works before it exists. */
+    public static final String RDMA_SERVICE_CLASS = "org.rdmashuffle.mapreduce.RdmaShuffleHandler";
+
+    public static final int NODE_MANAGERS = 2;
+    public static final int NODE_MANAGER_MEMORY_MB = 3072;
+    public static final int AM_MEMORY_MB = 512;
+    public static final int MAP_MEMORY_MB = 512;
+    public static final int REDUCE_MEMORY_MB = 1024;
+    /** How often NodeManagers heartbeat the RM, the AM asks the RM for containers and the job client polls. */
+    public static final int POLL_INTERVAL_MS = 100;
+
+    /** Options for short-lived task JVMs on two cores: a serial collector and only the C1 compiler. */
+    private static final String TASK_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1";
+
+    private static final Logger LOG = LoggerFactory.getLogger(MapReduceCluster.class);
+
+    private final MiniMRYarnCluster cluster;
+    private final Map<String, String> jobSettings;
+    private final boolean rdmaServiceRunning;
+    private final long startMs;
+    private boolean closed;
+
+    private MapReduceCluster(MiniMRYarnCluster cluster, Map<String, String> jobSettings, boolean rdmaServiceRunning,
+            long startMs) {
+        this.cluster = cluster;
+        this.jobSettings = jobSettings;
+        this.rdmaServiceRunning = rdmaServiceRunning;
+        this.startMs = startMs;
+    }
+
+    public static Builder builder(String name) {
+        return new Builder(name);
+    }
+
+    /** Whether {@value #RDMA_SERVICE_CLASS} can be loaded here (it is written in this module's main code). */
+    public static boolean rdmaServiceClassPresent() {
+        try {
+            Class.forName(RDMA_SERVICE_CLASS, false, MapReduceCluster.class.getClassLoader());
+            return true;
+        } catch (ClassNotFoundException | LinkageError e) {
+            return false;
+        }
+    }
+
+    /**
+     * A fresh job configuration pointing at this cluster: the cluster's own settings (RM address, staging
+     * directory, container sizes, poll intervals) plus the builder's job settings. Callers add their own.
+     */
+    public Configuration jobConf() {
+        Configuration conf = new Configuration(cluster.getConfig());
+        jobSettings.forEach(conf::set);
+        return conf;
+    }
+
+    /** A directory on the local file system for job inputs and outputs, under the cluster's directory. */
+    public Path workDir() throws IOException {
+        Path dir = new Path(new File(cluster.getTestWorkDir(), "work").toURI());
+        FileSystem.getLocal(cluster.getConfig()).mkdirs(dir);
+        return dir;
+    }
+
+    /** The cluster's directory (target/test/data/NAME/yarn-*): NodeManager local and log dirs, staging, work. */
+    public File clusterDir() {
+        return cluster.getTestWorkDir();
+    }
+
+    /** How long {@link Builder#start()} took, in milliseconds. */
+    public long startMs() {
+        return startMs;
+    }
+
+    public int nodeManagerCount() {
+        return NODE_MANAGERS;
+    }
+
+    /** NodeManager {@code index} (0 or 1), for what this class does not expose. */
+    public NodeManager nodeManager(int index) {
+        return cluster.getNodeManager(index);
+    }
+
+    /** The directories NodeManager {@code index} keeps container logs in (application_*&#47;container_*&#47;syslog). */
+    public List<File> logDirs(int index) {
+        return dirs(index, YarnConfiguration.NM_LOG_DIRS);
+    }
+
+    /** The NodeManager's local directories (usercache with the map outputs, filecache, nmPrivate). */
+    public List<File> localDirs(int index) {
+        return dirs(index, YarnConfiguration.NM_LOCAL_DIRS);
+    }
+
+    private List<File> dirs(int index, String key) {
+        List<File> dirs = new ArrayList<>();
+        for (String dir : nodeManager(index).getConfig().getTrimmedStrings(key)) {
+            dirs.add(new File(dir));
+        }
+        return dirs;
+    }
+
+    /** The aux services running on NodeManager {@code index}, by name. */
+    public Set<String> auxServices(int index) {
+        return new TreeSet<>(auxServicesOf(nodeManager(index)).getMetaData().keySet());
+    }
+
+    /** The metadata aux service {@code service} on NodeManager {@code index} hands to containers, if it runs. */
+    public Optional<ByteBuffer> auxServiceMetaData(int index, String service) {
+        ByteBuffer meta = auxServicesOf(nodeManager(index)).getMetaData().get(service);
+        return Optional.ofNullable(meta).map(ByteBuffer::asReadOnlyBuffer);
+    }
+
+    /** The port Hadoop's ShuffleHandler listens on in NodeManager {@code index}. */
+    public int shufflePort(int index) {
+        ByteBuffer meta = auxServiceMetaData(index, ShuffleHandler.MAPREDUCE_SHUFFLE_SERVICEID)
+                .orElseThrow(() -> new IllegalStateException("no mapreduce_shuffle on NodeManager " + index));
+        try {
+            return ShuffleHandler.deserializeMetaData(meta);
+        } catch (IOException e) {
+            throw new IllegalStateException("unreadable mapreduce_shuffle metadata on NodeManager " + index, e);
+        }
+    }
+
+    /**
+     * Which NodeManager serves map outputs at {@code mapOutputServer}, the address a task completion event names
+     * ({@code TaskCompletionEvent.getTaskTrackerHttp()}, "http://host:shufflePort"): the NodeManager the attempt ran
+     * on, told apart by its ShuffleHandler's port since both run on one host.
+     */
+    public OptionalInt nodeManagerServing(String mapOutputServer) {
+        int port = URI.create(mapOutputServer).getPort();
+        for (int i = 0; i < NODE_MANAGERS; i++) {
+            if (shufflePort(i) == port) {
+                return OptionalInt.of(i);
+            }
+        }
+        return OptionalInt.empty();
+    }
+
+    /** Whether every NodeManager runs {@value #RDMA_SERVICE_NAME}. */
+    public boolean rdmaServiceRunning() {
+        return rdmaServiceRunning;
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        cluster.stop();
+    }
+
+    private static AuxServices auxServicesOf(NodeManager nodeManager) {
+        return nodeManager.getNMContext().getAuxServices();
+    }
+
+    /** Settings of a {@link MapReduceCluster}; {@link #start()} starts it. */
+    public static final class Builder {
+        private final String name;
+        private final Map<String, String> nodeManagerSettings = new LinkedHashMap<>();
+        private final Map<String, String> jobSettings = new LinkedHashMap<>();
+        private boolean rdmaService;
+        private boolean historyServer;
+
+        private Builder(String name) {
+            this.name = name;
+        }
+
+        /**
+         * Run {@value #RDMA_SERVICE_NAME} on every NodeManager beside mapreduce_shuffle. Ignored, with a warning,
+         * while {@value #RDMA_SERVICE_CLASS} cannot be loaded; {@link #rdmaServiceRunning()} tells which.
+         */
+        public Builder withRdmaService(boolean enabled) {
+            this.rdmaService = enabled;
+            return this;
+        }
+
+        /**
+         * Run MiniMRYarnCluster's JobHistoryServer (off by default: it costs start-up time, and the job client
+         * reads counters and completion events from the AM, which stays up for five seconds after a job ends).
+         */
+        public Builder withHistoryServer(boolean enabled) {
+            this.historyServer = enabled;
+            return this;
+        }
+
+        /**
+         * A setting the NodeManagers see, and so each aux service's {@code serviceInit} (for example
+         * {@code mapreduce.shuffle.rdma.port}); it lands in the configuration every daemon of the cluster reads.
+         */
+        public Builder nodeManagerSetting(String key, String value) {
+            nodeManagerSettings.put(key, value);
+            return this;
+        }
+
+        /** A setting every {@link #jobConf()} carries (for example the shuffle consumer plugin). */
+        public Builder jobSetting(String key, String value) {
+            jobSettings.put(key, value);
+            return this;
+        }
+
+        public MapReduceCluster start() throws IOException {
+            long begin = System.nanoTime();
+            boolean rdma = rdmaService && rdmaServiceClassPresent();
+            if (rdmaService && !rdma) {
+                LOG.warn("{} cannot be loaded: the NodeManagers run mapreduce_shuffle only", RDMA_SERVICE_CLASS);
+            }
+            MiniMRYarnCluster cluster = new MiniMRYarnCluster(name, NODE_MANAGERS);
+            try {
+                cluster.init(configuration());
+                cluster.start();
+                List<AuxServiceRecord> records = new ArrayList<>();
+                records.add(service(ShuffleHandler.MAPREDUCE_SHUFFLE_SERVICEID, ShuffleHandler.class.getName()));
+                if (rdma) {
+                    records.add(service(RDMA_SERVICE_NAME, RDMA_SERVICE_CLASS));
+                }
+                AuxServiceRecords services =
+                        new AuxServiceRecords().serviceList(records.toArray(new AuxServiceRecord[0]));
+                for (int i = 0; i < NODE_MANAGERS; i++) {
+                    AuxServices auxServices = auxServicesOf(cluster.getNodeManager(i));
+                    auxServices.reload(services);
+                    Set<String> running = auxServices.getMetaData().keySet();
+                    for (AuxServiceRecord service : services.getServices()) {
+                        if (!running.contains(service.getName())) {
+                            throw new IOException("NodeManager " + i + " did not start aux service "
+                                    + service.getName() + " (running: " + running + "); see the log above");
+                        }
+                    }
+                }
+            } catch (IOException | RuntimeException e) {
+                try {
+                    cluster.stop();
+                } catch (RuntimeException e2) {
+                    e.addSuppressed(e2);
+                }
+                throw e;
+            }
+            long startMs = (System.nanoTime() - begin) / 1_000_000;
+            LOG.info("MapReduce cluster '{}' with {} NodeManagers (aux services {}) started in {} ms; dir {}",
+                    name, NODE_MANAGERS, rdma ? "mapreduce_shuffle, " + RDMA_SERVICE_NAME : "mapreduce_shuffle",
+                    startMs, cluster.getTestWorkDir());
+            return new MapReduceCluster(cluster, Map.copyOf(jobSettings), rdma, startMs);
+        }
+
+        private static AuxServiceRecord service(String name, String className) {
+            AuxServiceConfiguration conf = new AuxServiceConfiguration();
+            conf.setProperty(AuxServices.CLASS_NAME, className);
+            return new AuxServiceRecord().name(name).configuration(conf);
+        }
+
+        private Configuration configuration() {
+            YarnConfiguration conf = new YarnConfiguration();
+            // Aux services come from AuxServices.reload once the NodeManagers run (see the class comment).
+            conf.setBoolean(YarnConfiguration.NM_AUX_SERVICES_MANIFEST_ENABLED, true);
+            conf.setBoolean(MiniMRYarnCluster.MR_HISTORY_MINICLUSTER_ENABLED, historyServer);
+
+            // Memory: see the class comment.
+            conf.setInt(YarnConfiguration.YARN_MINICLUSTER_NM_PMEM_MB, NODE_MANAGER_MEMORY_MB);
+            conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 128);
+            conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, NODE_MANAGER_MEMORY_MB);
+            // An AM may linger five seconds after its job: let the next job's AM start meanwhile.
+            conf.setFloat("yarn.scheduler.capacity.maximum-am-resource-percent", 0.5f);
+            conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, false);
+            conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+            conf.setInt(MRJobConfig.MR_AM_VMEM_MB, AM_MEMORY_MB);
+            conf.set(MRJobConfig.MR_AM_COMMAND_OPTS, "-Xmx384m " + TASK_JVM_OPTIONS);
+            conf.setInt(MRJobConfig.MAP_MEMORY_MB, MAP_MEMORY_MB);
+            conf.set(MRJobConfig.MAP_JAVA_OPTS, "-Xmx384m " + TASK_JVM_OPTIONS);
+            conf.setInt(MRJobConfig.REDUCE_MEMORY_MB, REDUCE_MEMORY_MB);
+            conf.set(MRJobConfig.REDUCE_JAVA_OPTS, "-Xmx512m " + TASK_JVM_OPTIONS);
+            conf.setInt(MRJobConfig.IO_SORT_MB, 32);
+
+            // Speed: fast heartbeats and polls, reduces after the maps, no speculation, fail fast.
+            conf.setLong(YarnConfiguration.RM_NM_HEARTBEAT_INTERVAL_MS, POLL_INTERVAL_MS);
+            conf.setInt(MRJobConfig.MR_AM_TO_RM_HEARTBEAT_INTERVAL_MS, POLL_INTERVAL_MS);
+            conf.setInt("mapreduce.client.progressmonitor.pollinterval", POLL_INTERVAL_MS);
+            conf.setInt("mapreduce.client.completion.pollinterval", POLL_INTERVAL_MS);
+            conf.setFloat(MRJobConfig.COMPLETED_MAPS_FOR_REDUCE_SLOWSTART, 1.0f);
+            conf.setBoolean(MRJobConfig.MAP_SPECULATIVE, false);
+            conf.setBoolean(MRJobConfig.REDUCE_SPECULATIVE, false);
+            conf.setInt(MRJobConfig.MR_AM_MAX_ATTEMPTS, 1);
+            conf.setInt(YarnConfiguration.RM_AM_MAX_ATTEMPTS, 1);
+            conf.set(MRConfig.FRAMEWORK_NAME, MRConfig.YARN_FRAMEWORK_NAME);
+
+            // NodeManagers delete nothing (a delay of -1 turns their DeletionService off) and so may hand a
+            // finished application's logs to it at once (retain 0 s): an application whose log deletion is still
+            // pending would hold each NodeManager's stop for about 17 seconds.
+            conf.setInt(YarnConfiguration.DEBUG_NM_DELETE_DELAY_SEC, -1);
+            conf.setLong(YarnConfiguration.NM_LOG_RETAIN_SECONDS, 0);
+
+            nodeManagerSettings.forEach(conf::set);
+            return conf;
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "MapReduceCluster" + Arrays.asList(cluster.getName(), cluster.getTestWorkDir());
+    }
+}
