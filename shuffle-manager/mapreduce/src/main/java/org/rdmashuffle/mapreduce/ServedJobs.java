@@ -33,6 +33,7 @@ import org.slf4j.LoggerFactory;
 final class ServedJobs {
     private static final Logger LOG = LoggerFactory.getLogger(ServedJobs.class);
     static final String CONTAINER_TOKENS = "container_tokens";
+    private static final long SEARCH_AGAIN_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
 
     /** One job: its ids, the NodeManagers of this process that ran its containers, its secret once read. */
     static final class Job {
@@ -42,6 +43,8 @@ final class ServedJobs {
         final int shuffleId;
         final Set<LocalDirs> on = ConcurrentHashMap.newKeySet();
         private volatile byte[] secret;
+        /** Until when a search that found no credentials is not repeated (System.nanoTime), guarded by this. */
+        private long searchAgainAt = System.nanoTime();
         /** Guarded by this: the job's map count (0 until a reducer said), each map index's registered output. */
         int numMaps;
         final Map<Integer, Registered> outputs = new HashMap<>();
@@ -142,9 +145,13 @@ final class ServedJobs {
         if (s == null) {
             synchronized (job) {
                 s = job.secret;
-                if (s == null) {
+                long now = System.nanoTime();
+                if (s == null && now - job.searchAgainAt >= 0) {
                     s = readSecret(job);
                     job.secret = s;
+                    // Not found (not a MapReduce job, or its containers' files are gone): peers naming it do not
+                    // make this thread search the disks again for a while.
+                    job.searchAgainAt = now + SEARCH_AGAIN_NANOS;
                 }
             }
         }

@@ -1,0 +1,219 @@
+package org.rdmashuffle.mapreduce;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.File;
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.stream.Collectors;
+import java.util.stream.Stream;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.io.compress.CompressionCodec;
+import org.apache.hadoop.io.compress.DefaultCodec;
+import org.apache.hadoop.mapreduce.MRJobConfig;
+import org.apache.hadoop.mapreduce.TaskCompletionEvent;
+import org.apache.hadoop.mapreduce.TaskCounter;
+import org.apache.hadoop.mapreduce.lib.input.FileInputFormat;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.Timeout;
+import org.rdmashuffle.mapreduce.cluster.MapReduceCluster;
+import org.rdmashuffle.mapreduce.jobs.JobResult;
+import org.rdmashuffle.mapreduce.jobs.TeraGen;
+import org.rdmashuffle.mapreduce.jobs.TeraRows;
+import org.rdmashuffle.mapreduce.jobs.TeraSort;
+import org.rdmashuffle.mapreduce.jobs.TeraValidate;
+import org.rdmashuffle.mapreduce.jobs.WordCount;
+import org.rdmashuffle.mapreduce.jobs.WordCountText;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * MapReduce jobs on a two-NodeManager MiniMRYarnCluster whose NodeManagers run {@code rdma_shuffle} beside
+ * {@code mapreduce_shuffle}: the same job under Hadoop's shuffle and under {@link RdmaShuffle} writes the same
+ * bytes, every partition READ from both NodeManagers; a job whose reducers find no service fetches over HTTP,
+ * right, with a WARN per host.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class RdmaShuffleJobsTest {
+    private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleJobsTest.class);
+    private static final long ROWS = 100_000;
+    private static final int GEN_MAPS = 4;
+    private static final int MAPS = 8;
+    private static final int REDUCES = 4;
+    private static final long SEED = 0x0DDBA11L;
+    private static final String HTTP_WARN = "fetched with Hadoop's HTTP shuffle from now on";
+
+    private MapReduceCluster cluster;
+    private int port;
+
+    @BeforeAll
+    @Timeout(300)
+    void startCluster() throws IOException {
+        port = freePort();
+        cluster = MapReduceCluster.builder("RdmaShuffleJobsTest").withRdmaService(true)
+                .nodeManagerSetting(MapReduceRdmaConf.PORT, Integer.toString(port))
+                .nodeManagerSetting(MapReduceRdmaConf.PREFIX + "provider", "tcp")
+                .nodeManagerSetting(MapReduceRdmaConf.BIND_HOST, "127.0.0.1")
+                .start();
+        assertTrue(cluster.rdmaServiceRunning(), "rdma_shuffle did not start on the NodeManagers");
+    }
+
+    @AfterAll
+    void stopCluster() {
+        if (cluster != null) {
+            cluster.close();
+        }
+    }
+
+    private static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+
+    /** A job configuration using {@link RdmaShuffle} whose reducers look for the service on {@code servicePort}. */
+    private Configuration rdmaJob(int servicePort) {
+        Configuration c = cluster.jobConf();
+        c.set(org.apache.hadoop.mapreduce.MRConfig.SHUFFLE_CONSUMER_PLUGIN, RdmaShuffle.class.getName());
+        c.set(MapReduceRdmaConf.PORT, Integer.toString(servicePort));
+        c.set(MapReduceRdmaConf.PREFIX + "provider", "tcp");
+        return c;
+    }
+
+    private static Configuration sortSettings(Configuration c) {
+        c.setLong(FileInputFormat.SPLIT_MAXSIZE, ROWS / MAPS * TeraRows.ROW_BYTES);
+        c.setBoolean(MRJobConfig.MAP_OUTPUT_COMPRESS, true);
+        c.setClass(MRJobConfig.MAP_OUTPUT_COMPRESS_CODEC, DefaultCodec.class, CompressionCodec.class);
+        return c;
+    }
+
+    @Test
+    @Timeout(900)
+    void shouldSortCompressedMapOutputsToTheBytesHadoopsShuffleGivesReadingEveryPartitionFromBothNodeManagers()
+            throws Exception {
+        Path dir = new Path(cluster.workDir(), "terasort");
+        Path generated = new Path(dir, "generated");
+        TeraGen.Result gen = TeraGen.run(cluster.jobConf(), generated, ROWS, GEN_MAPS, SEED);
+        assertTrue(gen.job().succeeded(), "TeraGen failed");
+
+        JobResult http = TeraSort.run(sortSettings(cluster.jobConf()), generated, new Path(dir, "by-http"), REDUCES);
+        assertTrue(http.succeeded(), "TeraSort over Hadoop's shuffle failed");
+        JobResult rdma = TeraSort.run(sortSettings(rdmaJob(port)), generated, new Path(dir, "by-rdma"), REDUCES);
+        assertTrue(rdma.succeeded(), "TeraSort over rdma-shuffle failed");
+
+        assertEquals(List.of(), differingParts(new Path(dir, "by-http"), new Path(dir, "by-rdma")));
+        int maps = rdma.succeededAttempts(true).size();
+        assertEquals(MAPS, maps);
+        assertEquals((long) maps * REDUCES, rdma.counter(RdmaShuffleCounter.MAPS_READ), "every partition READ");
+        assertEquals(0, rdma.counter(RdmaShuffleCounter.MAPS_VIA_HTTP));
+        assertEquals(0, rdma.counter(RdmaShuffleCounter.READ_FAILURES));
+        assertEquals((long) maps * REDUCES, rdma.counter(TaskCounter.SHUFFLED_MAPS));
+        assertEquals(0, rdma.counter(TaskCounter.FAILED_SHUFFLE));
+        assertEquals(rdma.counter(TaskCounter.REDUCE_SHUFFLE_BYTES), rdma.counter(RdmaShuffleCounter.BYTES_READ),
+                "the bytes READ are the shuffle's bytes, compressed as stored");
+        assertTrue(rdma.counter(TaskCounter.MAP_OUTPUT_MATERIALIZED_BYTES) < rdma.counter(TaskCounter.MAP_OUTPUT_BYTES),
+                "map outputs were not compressed");
+        assertEquals(Set.of(0, 1), nodeManagersOf(rdma.succeededAttempts(true)),
+                "maps ran on both NodeManagers, so each reducer READ from both");
+
+        TeraValidate.Report report = TeraValidate.run(cluster.jobConf(), new Path(dir, "by-rdma"),
+                new Path(dir, "validated"));
+        assertTrue(report.sorted(), () -> String.join("\n", report.fileLines()));
+        assertEquals(TeraRows.expected(SEED, ROWS), report.checksum());
+        LOG.info("TeraSort {} rows: Hadoop's shuffle {} ms, rdma-shuffle {} ms (shuffle {} ms summed over reducers)",
+                ROWS, http.elapsedMs(), rdma.elapsedMs(), rdma.counter(RdmaShuffleCounter.SHUFFLE_MILLIS));
+    }
+
+    @Test
+    @Timeout(600)
+    void shouldFetchOverHttpWithAWarnPerHostWhenReducersFindNoServiceAndCountRight() throws Exception {
+        Path dir = new Path(cluster.workDir(), "no-service");
+        Configuration conf = rdmaJob(freePort()); // nobody listens there: as a cluster without the service
+        List<Path> files = WordCountText.write(conf, new Path(dir, "text"), MAPS, 2_000, 3_000, SEED);
+        WordCount.Result count = WordCount.run(conf, new Path(dir, "text"), new Path(dir, "counts"), 2);
+        assertTrue(count.job().succeeded(), "WordCount failed");
+        assertEquals(countHere(conf, files), count.counts());
+        JobResult job = count.job();
+        int maps = job.succeededAttempts(true).size();
+        assertEquals(0, job.counter(RdmaShuffleCounter.MAPS_READ));
+        assertEquals((long) maps * 2, job.counter(TaskCounter.SHUFFLED_MAPS));
+        assertEquals(2L * nodeManagersOf(job.succeededAttempts(true)).size(),
+                job.counter(RdmaShuffleCounter.HOSTS_VIA_HTTP), "each reducer gave up on each host once");
+        long warns = warnLines(job.jobId().toString().replace("job_", "application_"));
+        assertEquals(2L * nodeManagersOf(job.succeededAttempts(true)).size(), warns,
+                "one WARN per host per reducer in the containers' logs");
+    }
+
+    /** WARN lines saying a host went to HTTP, in every container log of the application. */
+    private long warnLines(String app) throws IOException {
+        long n = 0;
+        for (int i = 0; i < cluster.nodeManagerCount(); i++) {
+            for (File logDir : cluster.logDirs(i)) {
+                File appDir = new File(logDir, app);
+                if (!appDir.isDirectory()) {
+                    continue;
+                }
+                try (Stream<java.nio.file.Path> logs = Files.walk(appDir.toPath())) {
+                    for (java.nio.file.Path log : logs.filter(Files::isRegularFile).toList()) {
+                        n += Files.readAllLines(log, StandardCharsets.UTF_8).stream()
+                                .filter(l -> l.contains(HTTP_WARN)).count();
+                    }
+                }
+            }
+        }
+        return n;
+    }
+
+    private static Map<String, Long> countHere(Configuration conf, List<Path> files) throws IOException {
+        FileSystem fs = FileSystem.getLocal(conf);
+        Map<String, Long> counts = new TreeMap<>();
+        for (Path f : files) {
+            try (var in = fs.open(f)) {
+                for (String w : new String(in.readAllBytes(), StandardCharsets.UTF_8).split("\\s+")) {
+                    if (!w.isEmpty()) {
+                        counts.merge(w, 1L, Long::sum);
+                    }
+                }
+            }
+        }
+        return counts;
+    }
+
+    /** The part files whose bytes differ between {@code a} and {@code b} (or exist in one only). */
+    private static List<String> differingParts(Path a, Path b) throws IOException {
+        FileSystem fs = FileSystem.getLocal(new Configuration());
+        FileStatus[] as = fs.listStatus(a, p -> p.getName().startsWith("part-"));
+        FileStatus[] bs = fs.listStatus(b, p -> p.getName().startsWith("part-"));
+        assertEquals(REDUCES, as.length);
+        assertArrayEquals(Arrays.stream(as).map(s -> s.getPath().getName()).sorted().toArray(),
+                Arrays.stream(bs).map(s -> s.getPath().getName()).sorted().toArray());
+        return Arrays.stream(as).map(s -> s.getPath().getName()).filter(name -> {
+            try (var x = fs.open(new Path(a, name)); var y = fs.open(new Path(b, name))) {
+                return !Arrays.equals(x.readAllBytes(), y.readAllBytes());
+            } catch (IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }).collect(Collectors.toList());
+    }
+
+    private Set<Integer> nodeManagersOf(List<TaskCompletionEvent> attempts) {
+        return attempts.stream().map(e -> cluster.nodeManagerServing(e.getTaskTrackerHttp())
+                .orElseThrow(() -> new AssertionError("no NodeManager serves " + e.getTaskTrackerHttp())))
+                .collect(Collectors.toSet());
+    }
+}
