@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The MapReduce comparison: TeraSort under Hadoop's HTTP shuffle and under rdma-shuffle (tcp provider),
+# alternately, on a two-NodeManager MiniMRYarnCluster in this process (both NodeManagers run mapreduce_shuffle
+# and rdma_shuffle). Prints each run and a table of medians with ratios (docs/mapreduce.md explains the columns).
+#   examples/run-mapreduce.sh [--rows N] [--maps M] [--reduces R] [--rounds K]
+# RDMA_SKIP_BUILD=1 skips the build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
+  echo "needs a JDK (17+) and Maven; on Debian: apt-get install -y openjdk-17-jdk-headless maven" >&2
+  exit 1
+fi
+module=shuffle-manager/mapreduce
+if [ "${RDMA_SKIP_BUILD:-0}" != 1 ]; then
+  echo "building (mvn install of the MapReduce adapter and what it needs, tests compiled, not run)..."
+  mvn -B -ntp -q -DskipTests -pl "$module" -am install
+  mvn -B -ntp -q -pl "$module" dependency:build-classpath -Dmdep.includeScope=test \
+    -Dmdep.outputFile=target/test-classpath.txt
+fi
+cp="$module/target/test-classes:$module/target/classes:$(cat "$module/target/test-classpath.txt")"
+# Task JVMs of the mini cluster take this JVM's class path.
+exec java -Xmx3g -cp "$cp" ${RDMA_JAVA_OPTS:-} org.rdmashuffle.mapreduce.bench.MapReduceComparison "$@"

@@ -1,0 +1,205 @@
+package org.rdmashuffle.mapreduce.bench;
+
+import java.io.IOException;
+import java.lang.management.ManagementFactory;
+import java.net.ServerSocket;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocatedFileStatus;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.RemoteIterator;
+import org.apache.hadoop.mapreduce.MRConfig;
+import org.apache.hadoop.mapreduce.TaskCounter;
+import org.apache.hadoop.mapreduce.TaskType;
+import org.apache.hadoop.mapreduce.jobhistory.JobHistoryParser;
+import org.apache.hadoop.mapreduce.lib.input.FileInputFormat;
+import org.apache.hadoop.mapreduce.v2.jobhistory.JobHistoryUtils;
+import org.rdmashuffle.mapreduce.MapReduceRdmaConf;
+import org.rdmashuffle.mapreduce.RdmaShuffle;
+import org.rdmashuffle.mapreduce.RdmaShuffleCounter;
+import org.rdmashuffle.mapreduce.cluster.MapReduceCluster;
+import org.rdmashuffle.mapreduce.jobs.JobResult;
+import org.rdmashuffle.mapreduce.jobs.TeraRows;
+import org.rdmashuffle.mapreduce.jobs.TeraSort;
+
+/**
+ * The MapReduce comparison ({@code examples/run-mapreduce.sh}): TeraSort under Hadoop's HTTP shuffle and under
+ * rdma-shuffle, alternately, on one two-NodeManager MiniMRYarnCluster (both NodeManagers run both services), the
+ * same input each time. Per job: wall time; shuffle phase (each reducer's start to its shuffle's end, from the
+ * job history file, mean over reducers); task CPU (the tasks' CPU_MILLISECONDS); daemon CPU (this process: the
+ * ResourceManager, NodeManagers and their shuffle services). Every run's output must equal the first run's.
+ *
+ * <p>Arguments: {@code --rows N} (default 2,000,000: 200 MB), {@code --maps M} (8), {@code --reduces R} (4),
+ * {@code --rounds K} (3).
+ */
+public final class MapReduceComparison {
+    private record Run(String shuffle, long jobMs, double shuffleMs, long taskCpuMs, long daemonCpuMs, long read,
+                       long viaHttp, long checksum) {
+    }
+
+    private MapReduceComparison() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        long rows = 2_000_000;
+        int maps = 8;
+        int reduces = 4;
+        int rounds = 3;
+        for (int i = 0; i < args.length; i += 2) {
+            String v = i + 1 < args.length ? args[i + 1] : null;
+            switch (args[i]) {
+                case "--rows" -> rows = Long.parseLong(v);
+                case "--maps" -> maps = Integer.parseInt(v);
+                case "--reduces" -> reduces = Integer.parseInt(v);
+                case "--rounds" -> rounds = Integer.parseInt(v);
+                default -> throw new IllegalArgumentException("unknown argument " + args[i]
+                        + " (--rows N --maps M --reduces R --rounds K)");
+            }
+        }
+        int port;
+        try (ServerSocket s = new ServerSocket(0)) {
+            port = s.getLocalPort();
+        }
+        List<Run> runs = new ArrayList<>();
+        try (MapReduceCluster cluster = MapReduceCluster.builder("MapReduceComparison").withRdmaService(true)
+                .nodeManagerSetting(MapReduceRdmaConf.PORT, Integer.toString(port))
+                .nodeManagerSetting(MapReduceRdmaConf.PREFIX + "provider", "tcp")
+                .nodeManagerSetting(MapReduceRdmaConf.BIND_HOST, "127.0.0.1").start()) {
+            Path input = new Path(cluster.workDir(), "input");
+            writeRows(input, rows, maps);
+            for (int round = 0; round < rounds; round++) {
+                for (boolean rdma : new boolean[] {false, true}) {
+                    Configuration conf = cluster.jobConf();
+                    conf.setLong(FileInputFormat.SPLIT_MAXSIZE, rows / maps * TeraRows.ROW_BYTES);
+                    if (rdma) {
+                        conf.set(MRConfig.SHUFFLE_CONSUMER_PLUGIN, RdmaShuffle.class.getName());
+                        conf.set(MapReduceRdmaConf.PORT, Integer.toString(port));
+                        conf.set(MapReduceRdmaConf.PREFIX + "provider", "tcp");
+                    }
+                    Path out = new Path(cluster.workDir(), "sorted-" + round + (rdma ? "-rdma" : "-http"));
+                    long cpu0 = processCpuMs();
+                    JobResult job = TeraSort.run(conf, input, out, reduces);
+                    long daemonCpu = processCpuMs() - cpu0;
+                    if (!job.succeeded()) {
+                        throw new IllegalStateException("TeraSort failed: " + job.jobId());
+                    }
+                    Run r = new Run(rdma ? "rdma" : "hadoop", job.elapsedMs(), shuffleMs(conf, job),
+                            job.counter(TaskCounter.CPU_MILLISECONDS), daemonCpu,
+                            job.counter(RdmaShuffleCounter.MAPS_READ), job.counter(RdmaShuffleCounter.MAPS_VIA_HTTP),
+                            checksum(out));
+                    if (!runs.isEmpty() && runs.get(0).checksum() != r.checksum()) {
+                        throw new IllegalStateException("output of " + job.jobId() + " differs from the first run's");
+                    }
+                    runs.add(r);
+                    System.out.printf(Locale.ROOT, "round %d %-6s job %6d ms  shuffle %7.0f ms  task cpu %6d ms  "
+                            + "daemon cpu %6d ms  READ %d  http %d%n", round + 1, r.shuffle(), r.jobMs(),
+                            r.shuffleMs(), r.taskCpuMs(), r.daemonCpuMs(), r.read(), r.viaHttp());
+                }
+            }
+        }
+        print(runs, rows, maps, reduces);
+    }
+
+    private static void print(List<Run> runs, long rows, int maps, int reduces) {
+        Run h = median(runs, "hadoop");
+        Run r = median(runs, "rdma");
+        System.out.printf(Locale.ROOT, "%nTeraSort %,d rows (%d MB), %d maps, %d reduces, two NodeManagers, %d rounds"
+                + " (medians; outputs identical in every run)%n", rows, rows * TeraRows.ROW_BYTES >> 20, maps, reduces,
+                runs.size() / 2);
+        System.out.println("| metric | Hadoop shuffle (HTTP) | rdma-shuffle (tcp) | rdma / Hadoop |");
+        System.out.println("| --- | --- | --- | --- |");
+        row("job time (ms)", h.jobMs(), r.jobMs());
+        row("shuffle phase per reducer (ms)", h.shuffleMs(), r.shuffleMs());
+        row("task CPU (ms)", h.taskCpuMs(), r.taskCpuMs());
+        row("daemon CPU: RM, NMs, shuffle services (ms)", h.daemonCpuMs(), r.daemonCpuMs());
+    }
+
+    private static void row(String name, double hadoop, double rdma) {
+        System.out.printf(Locale.ROOT, "| %s | %.0f | %.0f | %.2f |%n", name, hadoop, rdma, rdma / hadoop);
+    }
+
+    /** The run of {@code shuffle} with the median job time. */
+    private static Run median(List<Run> runs, String shuffle) {
+        Run[] of = runs.stream().filter(r -> r.shuffle().equals(shuffle)).sorted((a, b) -> Long.compare(a.jobMs(),
+                b.jobMs())).toArray(Run[]::new);
+        Run m = of[of.length / 2];
+        double[] sh = Arrays.stream(of).mapToDouble(Run::shuffleMs).sorted().toArray();
+        long[] tc = Arrays.stream(of).mapToLong(Run::taskCpuMs).sorted().toArray();
+        long[] dc = Arrays.stream(of).mapToLong(Run::daemonCpuMs).sorted().toArray();
+        return new Run(shuffle, m.jobMs(), sh[sh.length / 2], tc[tc.length / 2], dc[dc.length / 2], m.read(),
+                m.viaHttp(), m.checksum());
+    }
+
+    private static long processCpuMs() {
+        return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
+                .getProcessCpuTime() / 1_000_000;
+    }
+
+    /** Mean over the job's reduce attempts of start → shuffle finished, from the job's history file. */
+    private static double shuffleMs(Configuration conf, JobResult job) throws IOException, InterruptedException {
+        Path done = new Path(JobHistoryUtils.getConfiguredHistoryIntermediateDoneDirPrefix(conf));
+        FileSystem fs = done.getFileSystem(conf);
+        String id = job.jobId().toString();
+        for (int wait = 0; wait < 200; wait++) {
+            if (fs.exists(done)) {
+                RemoteIterator<LocatedFileStatus> files = fs.listFiles(done, true);
+                while (files.hasNext()) {
+                    LocatedFileStatus f = files.next();
+                    if (f.getPath().getName().startsWith(id) && f.getPath().getName().endsWith(".jhist")) {
+                        JobHistoryParser.JobInfo info = new JobHistoryParser(fs, f.getPath()).parse();
+                        double sum = 0;
+                        int n = 0;
+                        for (JobHistoryParser.TaskInfo t : info.getAllTasks().values()) {
+                            if (t.getTaskType() != TaskType.REDUCE) {
+                                continue;
+                            }
+                            JobHistoryParser.TaskAttemptInfo a = t.getAllTaskAttempts().get(t.getSuccessfulAttemptId());
+                            sum += a.getShuffleFinishTime() - a.getStartTime();
+                            n++;
+                        }
+                        return n == 0 ? Double.NaN : sum / n;
+                    }
+                }
+            }
+            Thread.sleep(100);
+        }
+        throw new IOException("no history file of " + id + " under " + done);
+    }
+
+    /** Checksum of every row of every part file under {@code dir}, in order of every part file under {@code dir}. */
+    private static long checksum(Path dir) throws IOException {
+        FileSystem fs = FileSystem.getLocal(new Configuration());
+        byte[] row = new byte[TeraRows.ROW_BYTES];
+        long sum = 0;
+        FileStatus[] parts = fs.listStatus(dir, p -> p.getName().startsWith("part-"));
+        Arrays.sort(parts, (a, b) -> a.getPath().getName().compareTo(b.getPath().getName()));
+        for (FileStatus part : parts) {
+            try (var in = fs.open(part.getPath())) {
+                for (long r = part.getLen() / TeraRows.ROW_BYTES; r > 0; r--) {
+                    in.readFully(row);
+                    sum = sum * 31 + TeraRows.hash(row, 0, TeraRows.ROW_BYTES); // order matters: sorted output
+                }
+            }
+        }
+        return sum;
+    }
+
+    private static void writeRows(Path dir, long rows, int files) throws IOException {
+        FileSystem fs = FileSystem.getLocal(new Configuration());
+        byte[] row = new byte[TeraRows.ROW_BYTES];
+        long per = rows / files;
+        for (int f = 0; f < files; f++) {
+            try (var out = fs.create(new Path(dir, String.format("part-m-%05d", f)), false)) {
+                for (long r = f * per; r < (f + 1) * per; r++) {
+                    TeraRows.generate(0x5EEDL, r, row);
+                    out.write(row);
+                }
+            }
+        }
+    }
+}
