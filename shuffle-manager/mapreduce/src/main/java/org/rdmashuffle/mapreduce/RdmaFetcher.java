@@ -211,15 +211,23 @@ final class RdmaFetcher<K, V> extends Thread {
             try {
                 b = fetcher().next();
             } catch (FetchFailure e) {
+                // A READ failed or timed out: a transport fault (connection lost, node withdrawn or restarted,
+                // a slow disk), not proof that the map's output is bad. Nothing is blamed here: what is not
+                // fetched yet goes back, and this host's outputs go to Hadoop's HTTP fetcher, whose retries and
+                // fetch-failure reports decide about the maps.
                 Pending<K, V> p = e.request() == null ? null : pending.remove(e.request().mapIndex());
                 if (p != null) {
                     p.out().abort();
-                    failed(host, p.mapId(), e.getMessage());
+                    viaHttp.add(p.mapId());
                 }
-                if (!e.isResult()) { // a READ timed out: what is still in flight is dropped with the fetcher
-                    closeFetcher();
-                    giveBack(host, pending);
+                client.useHttp(host, "a READ from it failed: " + e.getMessage());
+                shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
+                closeFetcher(); // what is still in flight is dropped with the fetcher
+                for (Pending<K, V> q : pending.values()) {
+                    q.out().abort();
+                    viaHttp.add(q.mapId());
                 }
+                pending.clear();
                 continue;
             }
             try (b) {
@@ -235,9 +243,16 @@ final class RdmaFetcher<K, V> extends Thread {
                 try (InputStream in = b.open(0, b.length())) {
                     p.out().shuffle(host, in, p.state().partLength(), p.state().rawLength(), shuffle.metrics(),
                             shuffle.reporter());
-                } catch (IOException | BlockFetcher.StreamFailed e) {
+                } catch (BlockFetcher.StreamFailed e) {
+                    p.out().abort(); // a window READ failed: a transport fault, as above
+                    viaHttp.add(p.mapId());
+                    client.useHttp(host, "a READ from it failed: " + e.getMessage());
+                    continue;
+                } catch (IOException | RuntimeException | InternalError e) {
+                    // The bytes fail the IFile checksum or do not decode (native codecs throw InternalError on
+                    // corrupt input): the map's data is bad, as Hadoop's fetcher judges it.
                     p.out().abort();
-                    failed(host, p.mapId(), e.getMessage());
+                    failed(host, p.mapId(), e.toString());
                     continue;
                 }
                 try {
@@ -275,10 +290,16 @@ final class RdmaFetcher<K, V> extends Thread {
         pending.clear();
     }
 
+    /**
+     * A fault of the map's data (its output is not there, its bytes fail the checksum or do not decode): reported
+     * as Hadoop's fetcher reports it, and the map put back, so it is fetched again after the host's penalty (or
+     * rerun by the ApplicationMaster once enough reducers reported it).
+     */
     private void failed(MapHost host, TaskAttemptID mapId, String why) {
         LOG.warn("rdma-shuffle: fetching {} from {} failed: {}", mapId, host.getHostName(), why);
         shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
         shuffle.scheduler().copyFailed(mapId, host, true, false);
+        shuffle.scheduler().putBackKnownMapOutput(host, mapId);
     }
 
     private void overHttp(MapHost host, int maps) throws IOException {

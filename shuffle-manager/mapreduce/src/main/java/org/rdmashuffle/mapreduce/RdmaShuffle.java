@@ -9,6 +9,7 @@ import org.apache.hadoop.mapred.ShuffleConsumerPlugin;
 import org.apache.hadoop.mapred.Task;
 import org.apache.hadoop.mapred.TaskStatus;
 import org.apache.hadoop.mapred.TaskUmbilicalProtocol;
+import org.apache.hadoop.mapreduce.MRConfig;
 import org.apache.hadoop.mapreduce.MRJobConfig;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.task.reduce.ExceptionReporter;
@@ -54,9 +55,16 @@ public class RdmaShuffle<K, V> implements ShuffleConsumerPlugin<K, V>, Exception
     public void init(Context<K, V> context) {
         this.context = context;
         this.jobConf = context.getJobConf();
+        String hadoopsWhy = null;
         if (jobConf.getBoolean(MRJobConfig.MR_ENCRYPTED_INTERMEDIATE_DATA, false)) {
-            LOG.warn("rdma-shuffle: job {} encrypts its intermediate data ({}=true): shuffled by Hadoop's own"
-                    + " shuffle", context.getReduceId().getJobID(), MRJobConfig.MR_ENCRYPTED_INTERMEDIATE_DATA);
+            hadoopsWhy = "it encrypts its intermediate data (" + MRJobConfig.MR_ENCRYPTED_INTERMEDIATE_DATA + "=true)";
+        } else if (jobConf.getBoolean(MRConfig.SHUFFLE_SSL_ENABLED_KEY, MRConfig.SHUFFLE_SSL_ENABLED_DEFAULT)) {
+            hadoopsWhy = "the cluster's shuffle is encrypted (" + MRConfig.SHUFFLE_SSL_ENABLED_KEY + "=true) and READs"
+                    + " over tcp are not";
+        }
+        if (hadoopsWhy != null) {
+            LOG.warn("rdma-shuffle: job {} is shuffled by Hadoop's own shuffle: {}", context.getReduceId().getJobID(),
+                    hadoopsWhy);
             hadoops = new Shuffle<>();
             hadoops.init(context);
             return;
@@ -112,6 +120,9 @@ public class RdmaShuffle<K, V> implements ShuffleConsumerPlugin<K, V>, Exception
             scheduler.close();
             if (client != null) {
                 reporter.incrCounter(RdmaShuffleCounter.HOSTS_VIA_HTTP, client.hostsViaHttp());
+                // Every fetched partition is in the merge manager's memory or on disk now: the node, its
+                // connections to every NodeManager and the pool's direct memory go before the reduce runs.
+                closeClient();
             }
             reporter.incrCounter(RdmaShuffleCounter.SHUFFLE_MILLIS, System.currentTimeMillis() - start);
         }
@@ -141,6 +152,10 @@ public class RdmaShuffle<K, V> implements ShuffleConsumerPlugin<K, V>, Exception
         if (hadoops != null) {
             hadoops.close();
         }
+        closeClient();
+    }
+
+    private synchronized void closeClient() {
         ReducerClient c = client;
         client = null;
         if (c != null) {
@@ -148,14 +163,18 @@ public class RdmaShuffle<K, V> implements ShuffleConsumerPlugin<K, V>, Exception
         }
     }
 
+    /** Keeps the first failure and wakes {@link #run}; never holds this while taking the scheduler's lock. */
     @Override
-    public synchronized void reportException(Throwable t) {
-        if (failure == null) {
+    public void reportException(Throwable t) {
+        synchronized (this) {
+            if (failure != null) {
+                return;
+            }
             failure = t;
             failingThread = Thread.currentThread().getName();
-            synchronized (scheduler) {
-                scheduler.notifyAll();
-            }
+        }
+        synchronized (scheduler) {
+            scheduler.notifyAll();
         }
     }
 

@@ -27,13 +27,17 @@ import org.slf4j.LoggerFactory;
  * <p>The shuffle secret is the one the job's tasks hold ({@code MapReduceShuffleToken} in the job's credentials,
  * else the job token's password). The MapReduce ApplicationMaster hands it to Hadoop's {@code mapreduce_shuffle}
  * service only, so this service reads it from the credentials the NodeManager wrote for one of the job's
- * containers ({@code container_tokens} in the container's directory) the first time a reducer of the job
- * connects, and keeps it until the job stops.
+ * containers ({@code container_tokens} in the container's directory, deleted when the container ends): the
+ * maintenance thread looks for it while a container of the job started here in the last minute may run
+ * ({@link #captureSecrets}), and a reducer's connection looks again if it is still unknown. It is kept until the
+ * job stops.
  */
 final class ServedJobs {
     private static final Logger LOG = LoggerFactory.getLogger(ServedJobs.class);
     static final String CONTAINER_TOKENS = "container_tokens";
     private static final long SEARCH_AGAIN_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
+    /** How long after a container of a job started here its credentials are looked for. */
+    private static final long CAPTURE_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(60);
 
     /** One job: its ids, the NodeManagers of this process that ran its containers, its secret once read. */
     static final class Job {
@@ -45,6 +49,8 @@ final class ServedJobs {
         private volatile byte[] secret;
         /** Until when a search that found no credentials is not repeated (System.nanoTime), guarded by this. */
         private long searchAgainAt = System.nanoTime();
+        /** Until when the maintenance thread looks for the credentials of a container started here (nanoTime). */
+        private volatile long captureUntil;
         /** Guarded by this: the job's map count (0 until a reducer said), each map index's registered output. */
         int numMaps;
         final Map<Integer, Registered> outputs = new HashMap<>();
@@ -94,7 +100,26 @@ final class ServedJobs {
             return j;
         });
         job.on.add(dirs);
+        job.captureUntil = System.nanoTime() + CAPTURE_NANOS;
         return job;
+    }
+
+    /**
+     * Reads the shuffle secret of every job that has none yet and started a container here lately, while its
+     * containers still run: the NodeManager deletes a container's {@code container_tokens} when the container
+     * ends, and a reducer may first connect long after this NodeManager's maps finished. On the maintenance
+     * thread.
+     */
+    void captureSecrets() {
+        long now = System.nanoTime();
+        for (Job job : byRealm.values()) {
+            if (job.secret == null && now - job.captureUntil < 0) {
+                byte[] s = findSecret(job);
+                if (s != null) {
+                    job.secret = s;
+                }
+            }
+        }
     }
 
     /**
@@ -128,6 +153,12 @@ final class ServedJobs {
         return j != null ? j.realm() : "-";
     }
 
+    /** Whether {@code realm}'s secret is known already (without looking for it). */
+    boolean hasSecret(String realm) {
+        Job j = job(realm);
+        return j != null && j.secret != null;
+    }
+
     int size() {
         return byRealm.size();
     }
@@ -147,8 +178,13 @@ final class ServedJobs {
                 s = job.secret;
                 long now = System.nanoTime();
                 if (s == null && now - job.searchAgainAt >= 0) {
-                    s = readSecret(job);
+                    s = findSecret(job);
                     job.secret = s;
+                    if (s == null) {
+                        LOG.warn("rdma-shuffle: no credentials of job {} (application {}, user {}) found under {}: its"
+                                + " reducers cannot connect here and fetch over HTTP", job.realm(), job.appId, job.user,
+                                job.on);
+                    }
                     // Not found (not a MapReduce job, or its containers' files are gone): peers naming it do not
                     // make this thread search the disks again for a while.
                     job.searchAgainAt = now + SEARCH_AGAIN_NANOS;
@@ -158,7 +194,7 @@ final class ServedJobs {
         return s;
     }
 
-    private byte[] readSecret(Job job) {
+    private byte[] findSecret(Job job) {
         for (LocalDirs dirs : job.on) {
             for (File appDir : dirs.findAll(LocalDirs.appBase(job.user, job.appId))) {
                 File[] containers = appDir.listFiles((d, name) -> name.startsWith("container_"));
@@ -181,13 +217,11 @@ final class ServedJobs {
                             return jobToken.getPassword();
                         }
                     } catch (IOException | RuntimeException e) {
-                        LOG.warn("rdma-shuffle: cannot read {} of job {}: {}", tokens, job.realm(), e.toString());
+                        LOG.debug("rdma-shuffle: cannot read {} of job {}: {}", tokens, job.realm(), e.toString());
                     }
                 }
             }
         }
-        LOG.warn("rdma-shuffle: no credentials of job {} (application {}, user {}) found under {}: its reducers"
-                + " cannot connect here and fetch over HTTP", job.realm(), job.appId, job.user, job.on);
         return null;
     }
 }

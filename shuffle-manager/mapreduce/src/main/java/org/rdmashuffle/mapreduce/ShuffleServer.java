@@ -56,6 +56,17 @@ final class ShuffleServer implements AutoCloseable {
                 .withSecrets(jobs::secretOf);
         this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoDirectory(),
                 "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf);
+        server.scheduleMaintenance(this::captureSecrets, CAPTURE_EVERY_MS);
+    }
+
+    private static final long CAPTURE_EVERY_MS = 500;
+
+    private void captureSecrets() {
+        try {
+            jobs.captureSecrets();
+        } catch (RuntimeException e) { // a task that throws is never run again
+            LOG.warn("rdma-shuffle: looking for jobs' credentials failed: {}", e.toString());
+        }
     }
 
     /** The port's server, started for the first NodeManager of this process that asks. */
@@ -161,6 +172,11 @@ final class ShuffleServer implements AutoCloseable {
     /** Registers {@code m}'s output if it is not yet, and says what the reducer finds in the table. */
     private MapState serve(ServedJobs.Job job, RegisterProtocol.Request r, MapAttempt m) {
         ServedJobs.Registered reg = job.outputs.get(m.mapIndex());
+        if (reg != null && reg.attempt() > m.attempt()) {
+            // A later attempt of the map is registered: a reducer that has not yet heard this one is obsolete must
+            // not knock the later one out of the table (other reducers may be READing it). HTTP serves it by path.
+            return MapState.HTTP;
+        }
         if (reg == null || reg.attempt() != m.attempt()) {
             TaskAttemptID attempt = new TaskAttemptID(new TaskID(job.jobId, TaskType.MAP, m.mapIndex()), m.attempt());
             String base = "output/" + attempt + "/";

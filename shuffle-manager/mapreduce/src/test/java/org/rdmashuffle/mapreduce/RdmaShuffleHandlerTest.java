@@ -245,6 +245,35 @@ class RdmaShuffleHandlerTest {
                     assertTrue(b.unregistered(), "attempt 0 was replaced in the table: its reader goes to HTTP");
                 }
             }
+            RegisterProtocol.Reply late = register(client, at, 2, new MapAttempt(0, 0));
+            assertEquals(RegisterProtocol.VIA_HTTP, late.maps()[0].state(),
+                    "a reducer still naming the older attempt does not knock the later one out of the table");
+            assertArrayEquals(second[2], read(client, at, rerun.table(), 0, 1, 2));
+        }
+    }
+
+    @Test
+    void shouldKeepAJobsSecretCapturedWhileItsContainerRanAfterTheNodeManagerDeletedTheContainersFiles()
+            throws Exception {
+        byte[] secret = "captured".repeat(3).getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 10, secret);
+        byte[][] parts = writeMapOutput(dir.resolve("nm1"), job, 2, 0, 4);
+        ApplicationId app = ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId());
+        Path appDir = dir.resolve("nm1").resolve(LocalDirs.appBase(USER, app.toString()));
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (!service.server().jobs().hasSecret(job.toString()) && System.nanoTime() < deadline) {
+            Thread.sleep(100);
+        }
+        assertTrue(service.server().jobs().hasSecret(job.toString()), "captured while the container ran");
+        try (var containers = Files.list(appDir)) { // the container ended: YARN deletes its directory
+            for (Path c : containers.filter(p -> p.getFileName().toString().startsWith("container_")).toList()) {
+                Files.delete(c.resolve("container_tokens"));
+                Files.delete(c);
+            }
+        }
+        try (ReducerClient client = reducer(job, secret)) {
+            RegisterProtocol.Reply r = register(client, service(client), 3, new MapAttempt(2, 0));
+            assertArrayEquals(parts[3], read(client, service(client), r.table(), 2, 0, 3));
         }
     }
 
