@@ -267,8 +267,11 @@ class RdmaShuffleHandlerTest {
         assertTrue(service.server().jobs().hasSecret(job.toString()), "captured while the container ran");
         try (var containers = Files.list(appDir)) { // the container ended: YARN deletes its directory
             for (Path c : containers.filter(p -> p.getFileName().toString().startsWith("container_")).toList()) {
-                Files.delete(c.resolve("container_tokens"));
-                Files.delete(c);
+                try (var files = Files.walk(c)) {
+                    for (Path f : files.sorted(java.util.Comparator.reverseOrder()).toList()) {
+                        Files.delete(f);
+                    }
+                }
             }
         }
         try (ReducerClient client = reducer(job, secret)) {
