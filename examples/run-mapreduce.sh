@@ -17,6 +17,7 @@ if [ "${RDMA_SKIP_BUILD:-0}" != 1 ]; then
   mvn -B -ntp -q -pl "$module" dependency:build-classpath -Dmdep.includeScope=test \
     -Dmdep.outputFile=target/test-classpath.txt
 fi
-cp="$module/target/test-classes:$module/target/classes:$(cat "$module/target/test-classpath.txt")"
-# Task JVMs of the mini cluster take this JVM's class path.
+cd "$module"
+# Task JVMs of the mini cluster take this JVM's class path, from their own directories: absolute paths only.
+cp="$PWD/target/test-classes:$PWD/target/classes:$(cat target/test-classpath.txt)"
 exec java -Xmx3g -cp "$cp" ${RDMA_JAVA_OPTS:-} org.rdmashuffle.mapreduce.bench.MapReduceComparison "$@"
