@@ -4,7 +4,6 @@ import java.io.File;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
@@ -18,7 +17,7 @@ import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.mapreduce.RegisterProtocol.MapAttempt;
 import org.rdmashuffle.mapreduce.RegisterProtocol.MapState;
 import org.rdmashuffle.shuffle.core.MapOutputServer;
-import org.rdmashuffle.shuffle.core.PeerDirectory;
+import org.rdmashuffle.shuffle.core.NoPeerDirectory;
 import org.rdmashuffle.shuffle.core.ShuffleOutputTable;
 import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.NodeAddress;
@@ -54,7 +53,7 @@ final class ShuffleServer implements AutoCloseable {
         this.jobs = new ServedJobs(conf);
         NodeOptions options = new NodeOptions(bindHost, advertisedHost, ControlHandler.NONE, null)
                 .withSecrets(jobs::secretOf);
-        this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoDirectory(),
+        this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoPeerDirectory(),
                 "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf);
         server.scheduleMaintenance(this::captureSecrets, CAPTURE_EVERY_MS);
     }
@@ -230,50 +229,5 @@ final class ShuffleServer implements AutoCloseable {
     @Override
     public void close() {
         server.close();
-    }
-
-    /** MapReduce reducers find a NodeManager's node at its host and the fixed port: no directory. */
-    private static final class NoDirectory implements PeerDirectory {
-        @Override
-        public void register(String peerId, NodeAddress address, long incarnation) {
-        }
-
-        @Override
-        public Found find(String peerId) {
-            return Found.NONE;
-        }
-
-        @Override
-        public Found recheck(String peerId) {
-            return Found.NONE;
-        }
-
-        @Override
-        public boolean knownRemoved(String peerId) {
-            return false;
-        }
-
-        @Override
-        public boolean removed(String peerId) {
-            return false;
-        }
-
-        @Override
-        public List<NodeAddress> refreshRemoved() {
-            return List.of();
-        }
-
-        @Override
-        public void invalidate(String peerId) {
-        }
-
-        @Override
-        public void forget(String peerId) {
-        }
-
-        @Override
-        public int[] goneShuffles(int[] held) {
-            return new int[0];
-        }
     }
 }

@@ -6,51 +6,13 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import java.util.ArrayList;
 import java.util.List;
 import org.junit.jupiter.api.Test;
-import org.rdmashuffle.transport.NodeAddress;
 
 /** The orphan check drops only what it asked about and the directory no longer knows, counting missed cleanups. */
 class OrphanShuffleCheckTest {
     /** A directory that knows every shuffle but {@code gone}, and fails when {@code unreachable}. */
-    private static final class FakeDirectory implements PeerDirectory {
+    private static final class FakeDirectory extends NoPeerDirectory {
         int[] gone = new int[0];
         boolean unreachable;
-
-        @Override
-        public void register(String peerId, NodeAddress address, long incarnation) {
-        }
-
-        @Override
-        public Found find(String peerId) {
-            return Found.NONE;
-        }
-
-        @Override
-        public Found recheck(String peerId) {
-            return null;
-        }
-
-        @Override
-        public boolean knownRemoved(String peerId) {
-            return false;
-        }
-
-        @Override
-        public boolean removed(String peerId) {
-            return false;
-        }
-
-        @Override
-        public List<NodeAddress> refreshRemoved() {
-            return List.of();
-        }
-
-        @Override
-        public void invalidate(String peerId) {
-        }
-
-        @Override
-        public void forget(String peerId) {
-        }
 
         @Override
         public int[] goneShuffles(int[] held) throws Exception {
