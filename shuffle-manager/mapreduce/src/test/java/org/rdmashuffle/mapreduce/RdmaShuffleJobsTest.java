@@ -195,6 +195,61 @@ class RdmaShuffleJobsTest {
                 "one WARN per host per reducer in the containers' logs");
     }
 
+    @Test
+    @Timeout(600)
+    void shouldRerunAMapWhoseOutputWasDeletedAfterItCommittedAndSortRight() throws Exception {
+        Path dir = new Path(cluster.workDir(), "deleted");
+        Path input = new Path(dir, "input");
+        writeRows(input);
+        java.io.File gate = new java.io.File(cluster.clusterDir(), "deleted-gate");
+        Configuration conf = sortSettings(rdmaJob(port));
+        conf.set(org.apache.hadoop.mapreduce.MRConfig.SHUFFLE_CONSUMER_PLUGIN, GatedRdmaShuffle.class.getName());
+        conf.set(GatedRdmaShuffle.GATE, gate.getPath());
+        conf.setLong(MRJobConfig.MAX_SHUFFLE_FETCH_RETRY_DELAY, 1000); // Hadoop's penalty between retries of a host
+        java.util.concurrent.ExecutorService submit = java.util.concurrent.Executors.newSingleThreadExecutor();
+        try {
+            java.util.concurrent.Future<JobResult> running = submit.submit(
+                    () -> TeraSort.run(conf, input, new Path(dir, "sorted"), REDUCES));
+            // Reducers start once every map committed (slowstart 1.0); they wait at the gate.
+            long deadline = System.nanoTime() + 240_000_000_000L;
+            java.io.File[] waiting;
+            do {
+                Thread.sleep(100);
+                waiting = gate.getParentFile().listFiles((d, n) -> n.startsWith(gate.getName() + ".waiting-"));
+            } while ((waiting == null || waiting.length == 0) && System.nanoTime() < deadline && !running.isDone());
+            assertTrue(waiting != null && waiting.length > 0, "no reducer reached the gate");
+            // attempt_<cluster>_<job>_r_<task>_<attempt>: this job's application holds the map outputs
+            String[] id = waiting[0].getName().substring(waiting[0].getName().indexOf("attempt_")).split("_");
+            String ownOutput = "/appcache/application_" + id[1] + "_" + id[2] + "/output/attempt_" + id[1] + "_" + id[2]
+                    + "_m_000000_0/file.out";
+            List<java.io.File> deleted = new java.util.ArrayList<>();
+            for (int i = 0; i < cluster.nodeManagerCount(); i++) {
+                for (java.io.File local : cluster.localDirs(i)) {
+                    try (Stream<java.nio.file.Path> files = Files.walk(local.toPath())) {
+                        for (java.nio.file.Path f : files.filter(p -> p.toString().endsWith(ownOutput))
+                                .toList()) {
+                            Files.delete(f);
+                            deleted.add(f.toFile());
+                        }
+                    }
+                }
+            }
+            assertEquals(1, deleted.size(), "map 0's committed output: " + deleted);
+            assertTrue(gate.createNewFile());
+            JobResult job = running.get(540, java.util.concurrent.TimeUnit.SECONDS);
+            assertTrue(job.succeeded(), "TeraSort failed");
+            assertEquals(TeraRows.expected(SEED, ROWS), checkSortedAndSum(new Path(dir, "sorted")));
+            assertTrue(job.counter(RdmaShuffleCounter.READ_FAILURES) > 0, "the missing output was a fetch failure");
+            long map0Attempts = job.completionEvents().stream()
+                    .filter(e -> e.getTaskAttemptId().getTaskID().getId() == 0 && e.getTaskAttemptId().getTaskID()
+                            .getTaskType() == org.apache.hadoop.mapreduce.TaskType.MAP)
+                    .map(e -> e.getTaskAttemptId().getId()).distinct().count();
+            assertTrue(map0Attempts >= 2, "map 0 was rerun: " + job.completionEvents());
+        } finally {
+            submit.shutdownNow();
+        }
+    }
+
     /** WARN lines saying a host went to HTTP, in every container log of the application. */
     private long warnLines(String app) throws IOException {
         long n = 0;
