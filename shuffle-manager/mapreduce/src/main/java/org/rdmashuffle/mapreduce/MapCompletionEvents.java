@@ -19,7 +19,9 @@ import org.slf4j.LoggerFactory;
 final class MapCompletionEvents extends Thread {
     private static final Logger LOG = LoggerFactory.getLogger(MapCompletionEvents.class);
     private static final long POLL_MS = 1000;
-    private static final int MAX_FAILURES = 5;
+    /** Failures in a row before the reducer fails, and the wait after each: Hadoop's EventFetcher's values. */
+    private static final int MAX_FAILURES = 10;
+    private static final long RETRY_MS = 5000;
 
     private final TaskAttemptID reduce;
     private final TaskUmbilicalProtocol umbilical;
@@ -45,6 +47,7 @@ final class MapCompletionEvents extends Thread {
         int failures = 0;
         try {
             while (!stopped) {
+                long wait = POLL_MS;
                 try {
                     poll();
                     failures = 0;
@@ -54,8 +57,9 @@ final class MapCompletionEvents extends Thread {
                     }
                     LOG.info("rdma-shuffle: asking for map completion events failed ({} in a row): {}", failures,
                             e.toString());
+                    wait = RETRY_MS;
                 }
-                Thread.sleep(POLL_MS);
+                Thread.sleep(wait);
             }
         } catch (InterruptedException e) {
             // stopped

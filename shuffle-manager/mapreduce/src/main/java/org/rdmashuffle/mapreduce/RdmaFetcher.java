@@ -140,6 +140,7 @@ final class RdmaFetcher<K, V> extends Thread {
             asked[i] = new MapAttempt(m.getTaskID().getId(), m.getId());
         }
         RegisterProtocol.Reply reply;
+        long asking = System.nanoTime();
         try {
             reply = RegisterProtocol.parseReply(client.call(service, RegisterProtocol.encode(
                     new RegisterProtocol.Request(shuffle.numMaps(), shuffle.numReduces(), shuffle.reduce(), asked))),
@@ -151,6 +152,7 @@ final class RdmaFetcher<K, V> extends Thread {
             left.clear();
             return false;
         }
+        shuffle.times().registering(System.nanoTime() - asking);
         if (reply.status() != RegisterProtocol.OK) {
             client.useHttp(host, "its rdma-shuffle service at " + service + " refused: " + reply.reason());
             viaHttp.addAll(batch);
@@ -208,6 +210,7 @@ final class RdmaFetcher<K, V> extends Thread {
             throws InterruptedException {
         while (!pending.isEmpty()) {
             Block b;
+            long waiting = System.nanoTime();
             try {
                 b = fetcher().next();
             } catch (FetchFailure e) {
@@ -230,6 +233,8 @@ final class RdmaFetcher<K, V> extends Thread {
                 pending.clear();
                 continue;
             }
+            long merging = System.nanoTime();
+            shuffle.times().waitingForReads(merging - waiting);
             try (b) {
                 Pending<K, V> p = pending.remove(b.request().mapIndex());
                 if (p == null) {
@@ -246,6 +251,7 @@ final class RdmaFetcher<K, V> extends Thread {
                 } catch (BlockFetcher.StreamFailed e) {
                     p.out().abort(); // a window READ failed: a transport fault, as above
                     viaHttp.add(p.mapId());
+                    shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
                     client.useHttp(host, "a READ from it failed: " + e.getMessage());
                     continue;
                 } catch (IOException | RuntimeException | InternalError e) {
@@ -254,6 +260,8 @@ final class RdmaFetcher<K, V> extends Thread {
                     p.out().abort();
                     failed(host, p.mapId(), e.toString());
                     continue;
+                } finally {
+                    shuffle.times().merging(System.nanoTime() - merging);
                 }
                 try {
                     shuffle.scheduler().copySucceeded(p.mapId(), host, p.state().partLength(), p.startMillis(),
@@ -263,6 +271,7 @@ final class RdmaFetcher<K, V> extends Thread {
                     shuffle.reportException(e);
                     continue;
                 }
+                shuffle.metrics().successFetch();
                 shuffle.reporter().incrCounter(RdmaShuffleCounter.MAPS_READ, 1);
                 shuffle.reporter().incrCounter(RdmaShuffleCounter.BYTES_READ, p.state().partLength());
             }
@@ -298,6 +307,8 @@ final class RdmaFetcher<K, V> extends Thread {
     private void failed(MapHost host, TaskAttemptID mapId, String why) {
         LOG.warn("rdma-shuffle: fetching {} from {} failed: {}", mapId, host.getHostName(), why);
         shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
+        shuffle.metrics().failedFetch();
+        shuffle.scheduler().hostFailed(host.getHostName()); // as Hadoop's fetcher: the host's failures count too
         shuffle.scheduler().copyFailed(mapId, host, true, false);
         shuffle.scheduler().putBackKnownMapOutput(host, mapId);
     }

@@ -47,6 +47,7 @@ public class RdmaShuffle<K, V> implements ShuffleConsumerPlugin<K, V>, Exception
     private MergeManager<K, V> merger;
     private RdmaShuffleConf rdma;
     private ReducerClient client;
+    private final ShuffleTimes times = new ShuffleTimes();
     private int threads;
     private Throwable failure;
     private String failingThread;
@@ -91,6 +92,7 @@ public class RdmaShuffle<K, V> implements ShuffleConsumerPlugin<K, V>, Exception
         }
         long start = System.currentTimeMillis();
         String problem = null;
+        long opening = System.nanoTime();
         try {
             client = new ReducerClient(rdma, reduceId.getJobID().toString(),
                     context.getReduceTask().getShuffleSecret().getEncoded());
@@ -98,6 +100,7 @@ public class RdmaShuffle<K, V> implements ShuffleConsumerPlugin<K, V>, Exception
             problem = "this task's transport node cannot be opened: " + e.getMessage();
             LOG.warn("rdma-shuffle: every map output is fetched with Hadoop's HTTP shuffle: {}", problem, e);
         }
+        times.opening(System.nanoTime() - opening);
         int maxEvents = Math.max(100, Math.min(10_000, 3_000_000 / Math.max(1, numReduces())));
         MapCompletionEvents events = new MapCompletionEvents(reduceId, umbilical, scheduler, this, maxEvents);
         events.start();
@@ -124,7 +127,10 @@ public class RdmaShuffle<K, V> implements ShuffleConsumerPlugin<K, V>, Exception
                 // connections to every NodeManager and the pool's direct memory go before the reduce runs.
                 closeClient();
             }
-            reporter.incrCounter(RdmaShuffleCounter.SHUFFLE_MILLIS, System.currentTimeMillis() - start);
+            long took = System.currentTimeMillis() - start;
+            reporter.incrCounter(RdmaShuffleCounter.SHUFFLE_MILLIS, took);
+            times.count(reporter);
+            LOG.info("rdma-shuffle: {} shuffled in {} ms: {}", reduceId, took, times);
         }
         throwIfFailed();
         context.getCopyPhase().complete();
@@ -182,6 +188,10 @@ public class RdmaShuffle<K, V> implements ShuffleConsumerPlugin<K, V>, Exception
         Task task = context.getReduceTask();
         return new HttpFetcher<>(jobConf, reduceId, scheduler, merger, reporter, metrics, this,
                 task.getShuffleSecret());
+    }
+
+    ShuffleTimes times() {
+        return times;
     }
 
     ShuffleSchedulerImpl<K, V> scheduler() {

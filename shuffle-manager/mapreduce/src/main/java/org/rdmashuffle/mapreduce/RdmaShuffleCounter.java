@@ -10,12 +10,29 @@ public enum RdmaShuffleCounter {
     MAPS_READ,
     /** Bytes of those partitions (as stored: compressed when map outputs are). */
     BYTES_READ,
-    /** Map outputs' partitions fetched with Hadoop's HTTP shuffle instead (no service, unregistered, refused). */
+    /**
+     * Map outputs' partitions handed to Hadoop's HTTP fetcher instead (no service, unregistered, refused). The
+     * fetcher takes every map the scheduler then knows on that host, so this can differ slightly from what HTTP
+     * actually fetched; Hadoop's SHUFFLED_MAPS counts both ways exactly.
+     */
     MAPS_VIA_HTTP,
     /** NodeManagers this task fetched from over HTTP (one WARN each). */
     HOSTS_VIA_HTTP,
-    /** Failed fetches of map outputs over READs, reported to Hadoop's scheduler as fetch failures. */
+    /**
+     * Fetches over READs that failed: a fault of the map's data (output missing, bad checksum), reported to
+     * Hadoop's scheduler as the map's fetch failure, or a transport fault (a READ failed or timed out), after which
+     * that host's outputs go to Hadoop's HTTP fetcher without blaming a map.
+     */
     READ_FAILURES,
     /** Milliseconds the task spent in its shuffle (from its start to the last map output fetched). */
-    SHUFFLE_MILLIS
+    SHUFFLE_MILLIS,
+    /** Milliseconds opening the task's transport node and its pool of receive buffers. */
+    OPEN_MILLIS,
+    /** Milliseconds fetcher threads waited for REGISTER answers, summed over the threads. */
+    REGISTER_MILLIS,
+    /** Milliseconds fetcher threads waited for READs to complete, summed over the threads. */
+    READ_WAIT_MILLIS,
+    /** Milliseconds fetcher threads spent handing READ bytes to the merge manager (checksum, decompression,
+     *  copy), summed over the threads. */
+    MERGE_COPY_MILLIS
 }

@@ -29,6 +29,9 @@ import org.slf4j.LoggerFactory;
 public class RdmaShuffleHandler extends AuxiliaryService {
     private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleHandler.class);
 
+    static final String CONTAINER_EXECUTOR = "yarn.nodemanager.container-executor.class";
+    static final String DEFAULT_EXECUTOR = "org.apache.hadoop.yarn.server.nodemanager.DefaultContainerExecutor";
+
     private RdmaShuffleConf rdma;
     private LocalDirs dirs;
     private ShuffleServer server;
@@ -39,6 +42,14 @@ public class RdmaShuffleHandler extends AuxiliaryService {
 
     @Override
     protected void serviceInit(Configuration conf) throws Exception {
+        String executor = conf.getTrimmed(CONTAINER_EXECUTOR, DEFAULT_EXECUTOR);
+        if (!executor.equals(DEFAULT_EXECUTOR)) {
+            // Containers run as their users: a job's task could plant credentials or link a map output to a file
+            // only the NodeManager may read, and this service does not check owners yet.
+            throw new IllegalStateException("rdma-shuffle: " + MapReduceRdmaConf.SERVICE_NAME + " runs only with "
+                    + CONTAINER_EXECUTOR + "=" + DEFAULT_EXECUTOR + ", not " + executor + " (containers running as"
+                    + " other users are not supported yet; remove it from yarn.nodemanager.aux-services)");
+        }
         rdma = MapReduceRdmaConf.from(conf); // a bad key stops the NodeManager's start with every problem listed
         super.serviceInit(conf);
     }

@@ -22,7 +22,7 @@ final class RegisterProtocol {
     static final byte REGISTER = 1;
     static final byte VERSION = 1;
     /** Maps named in one request at most (a reducer asks per host, in batches of this many). */
-    static final int MAX_MAPS_PER_REQUEST = 4096;
+    static final int MAX_MAPS_PER_REQUEST = 1024;
     /** Maps of a job at most: an output table takes 32 bytes of direct memory per map. */
     static final int MAX_MAPS = 1 << 20;
     static final int MAX_REDUCES = 1 << 20;

@@ -29,12 +29,14 @@ import org.slf4j.LoggerFactory;
  * service only, so this service reads it from the credentials the NodeManager wrote for one of the job's
  * containers ({@code container_tokens} in the container's directory, deleted when the container ends): the
  * maintenance thread looks for it while a container of the job started here in the last minute may run
- * ({@link #captureSecrets}), and a reducer's connection looks again if it is still unknown. It is kept until the
- * job stops.
+ * ({@link #captureSecrets}), and once more when a reducer's connection names a job whose secret is still unknown
+ * (never on the connection's thread). It is kept until the job stops.
  */
 final class ServedJobs {
     private static final Logger LOG = LoggerFactory.getLogger(ServedJobs.class);
     static final String CONTAINER_TOKENS = "container_tokens";
+    /** A credentials file larger than this is not read (a few tokens take a few KiB). */
+    static final long MAX_TOKENS_BYTES = 1 << 20;
     private static final long SEARCH_AGAIN_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
     /** How long after a container of a job started here its credentials are looked for. */
     private static final long CAPTURE_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(60);
@@ -51,8 +53,13 @@ final class ServedJobs {
         private long searchAgainAt = System.nanoTime();
         /** Until when the maintenance thread looks for the credentials of a container started here (nanoTime). */
         private volatile long captureUntil;
-        /** Guarded by this: the job's map count (0 until a reducer said), each map index's registered output. */
+        /** A connection named this job before its secret was known: the maintenance thread looks once more. */
+        private volatile boolean searchRequested;
+        /** Guarded by this: the job's map and reduce counts (0 until a reducer said), each map's registered output. */
         int numMaps;
+        int numReduces;
+        /** Set when the application stopped here: its table is gone; the next REGISTER frees {@link #outputs}. */
+        volatile boolean stopped;
         final Map<Integer, Registered> outputs = new HashMap<>();
 
         Job(JobID jobId, String appId, String user, int shuffleId) {
@@ -113,7 +120,8 @@ final class ServedJobs {
     void captureSecrets() {
         long now = System.nanoTime();
         for (Job job : byRealm.values()) {
-            if (job.secret == null && now - job.captureUntil < 0) {
+            if (job.secret == null && (now - job.captureUntil < 0 || job.searchRequested)) {
+                job.searchRequested = false;
                 byte[] s = findSecret(job);
                 if (s != null) {
                     job.secret = s;
@@ -174,20 +182,16 @@ final class ServedJobs {
         }
         byte[] s = job.secret;
         if (s == null) {
+            // No disk is read here (this is the transport thread, and anyone may name any job): the maintenance
+            // thread is asked to look, at most once per SEARCH_AGAIN; this connection is refused meanwhile.
             synchronized (job) {
-                s = job.secret;
                 long now = System.nanoTime();
-                if (s == null && now - job.searchAgainAt >= 0) {
-                    s = findSecret(job);
-                    job.secret = s;
-                    if (s == null) {
-                        LOG.warn("rdma-shuffle: no credentials of job {} (application {}, user {}) found under {}: its"
-                                + " reducers cannot connect here and fetch over HTTP", job.realm(), job.appId, job.user,
-                                job.on);
-                    }
-                    // Not found (not a MapReduce job, or its containers' files are gone): peers naming it do not
-                    // make this thread search the disks again for a while.
+                if (now - job.searchAgainAt >= 0) {
                     job.searchAgainAt = now + SEARCH_AGAIN_NANOS;
+                    job.searchRequested = true;
+                    LOG.warn("rdma-shuffle: no credentials of job {} (application {}, user {}) captured yet: a"
+                            + " connection for it is refused (its reducer fetches from here over HTTP); looking for"
+                            + " them again", job.realm(), job.appId, job.user);
                 }
             }
         }
@@ -203,8 +207,9 @@ final class ServedJobs {
                 }
                 for (File c : containers) {
                     File tokens = new File(c, CONTAINER_TOKENS);
-                    if (!tokens.isFile()) {
-                        continue;
+                    long length = ShuffleServer.plainFileLength(tokens);
+                    if (length < 0 || length > MAX_TOKENS_BYTES) {
+                        continue; // not there, not a plain file, or larger than any credentials file
                     }
                     try {
                         Credentials creds = Credentials.readTokenStorageFile(new Path(tokens.getPath()), conf);

@@ -3,6 +3,9 @@ package org.rdmashuffle.mapreduce;
 import java.io.File;
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.util.HashMap;
 import java.util.Map;
 import org.apache.hadoop.conf.Configuration;
@@ -63,7 +66,7 @@ final class ShuffleServer implements AutoCloseable {
     private void captureSecrets() {
         try {
             jobs.captureSecrets();
-        } catch (RuntimeException e) { // a task that throws is never run again
+        } catch (RuntimeException | Error e) { // a task that throws is never run again: it must not stop capturing
             LOG.warn("rdma-shuffle: looking for jobs' credentials failed: {}", e.toString());
         }
     }
@@ -107,12 +110,14 @@ final class ShuffleServer implements AutoCloseable {
         return server;
     }
 
-    /** Drops a stopped job's table (its outputs deregistered and unmapped). */
+    /**
+     * Drops a stopped job's table (its outputs deregistered and unmapped). Called on the NodeManager's dispatcher,
+     * which must never wait for the job's lock (a REGISTER holding it may be reading a slow disk): the table goes
+     * now, the job's index memory when that lock is free.
+     */
     void dropJob(ServedJobs.Job job) {
         server.unregisterShuffle(job.shuffleId);
-        synchronized (job) {
-            job.outputs.clear();
-        }
+        job.stopped = true;
     }
 
     private ControlHandler registerHandler() {
@@ -143,11 +148,17 @@ final class ShuffleServer implements AutoCloseable {
             return RegisterProtocol.encodeRefusal(RegisterProtocol.BAD_REQUEST, e.getMessage());
         }
         synchronized (job) {
+            if (job.stopped) {
+                job.outputs.clear();
+                return RegisterProtocol.encodeRefusal(RegisterProtocol.UNKNOWN_JOB, "job " + realm + " stopped here");
+            }
             if (job.numMaps == 0) {
                 job.numMaps = r.numMaps();
-            } else if (job.numMaps != r.numMaps()) {
+                job.numReduces = r.numReduces();
+            } else if (job.numMaps != r.numMaps() || job.numReduces != r.numReduces()) {
                 return RegisterProtocol.encodeRefusal(RegisterProtocol.BAD_REQUEST, "job " + realm + " has "
-                        + job.numMaps + " maps, not " + r.numMaps());
+                        + job.numMaps + " maps and " + job.numReduces + " reduces, not " + r.numMaps() + " and "
+                        + r.numReduces());
             }
             ShuffleOutputTable table;
             try {
@@ -161,8 +172,14 @@ final class ShuffleServer implements AutoCloseable {
                 return RegisterProtocol.encodeRefusal(RegisterProtocol.UNKNOWN_JOB, "job " + realm + " stopped here");
             }
             MapState[] states = new MapState[r.maps().length];
+            int gone = 0;
             for (int i = 0; i < states.length; i++) {
                 states[i] = serve(job, r, r.maps()[i]);
+                gone += states[i] == MapState.GONE ? 1 : 0;
+            }
+            if (gone > 0) { // one line per request, not per map
+                LOG.info("rdma-shuffle: {} of {} map outputs a reducer of job {} asked for are not on this NodeManager",
+                        gone, states.length, realm);
             }
             return RegisterProtocol.encodeOk(table.descriptor(), states);
         }
@@ -182,8 +199,22 @@ final class ShuffleServer implements AutoCloseable {
             File index = job.find(base + "file.out.index");
             File data = job.find(base + "file.out");
             if (index == null || data == null) {
-                LOG.info("rdma-shuffle: output of {} is not on this NodeManager", attempt);
+                LOG.debug("rdma-shuffle: output of {} is not on this NodeManager", attempt);
                 return MapState.GONE;
+            }
+            // Only plain files (not links, pipes or devices), and an index of exactly the job's reduces: nothing
+            // else is opened, read into memory or mapped.
+            long indexBytes = plainFileLength(index);
+            long dataBytes = plainFileLength(data);
+            if (indexBytes < 0 || dataBytes < 0) {
+                LOG.warn("rdma-shuffle: {} or {} is not a plain file: the output of {} is not served", index, data,
+                        attempt);
+                return MapState.GONE;
+            }
+            if (indexBytes != (long) r.numReduces() * INDEX_RECORD_BYTES + INDEX_CHECKSUM_BYTES) {
+                LOG.warn("rdma-shuffle: index {} ({} bytes) is not one of {} partitions: that output goes over HTTP",
+                        index, indexBytes, r.numReduces());
+                return MapState.HTTP;
             }
             SpillRecord spill;
             try {
@@ -192,11 +223,11 @@ final class ShuffleServer implements AutoCloseable {
                 LOG.warn("rdma-shuffle: cannot read the index of {}: {}", attempt, e.toString());
                 return MapState.GONE;
             }
-            long[] offsets = offsets(spill, r.numReduces(), data.length());
+            long[] offsets = offsets(spill, r.numReduces(), dataBytes);
             if (offsets == null) {
                 LOG.warn("rdma-shuffle: index {} ({} partitions) does not describe {} ({} bytes) of a job of {}"
                         + " reduces contiguously: that output goes over HTTP", index, spill.size(), data,
-                        data.length(), r.numReduces());
+                        dataBytes, r.numReduces());
                 return MapState.HTTP;
             }
             server.publish(job.shuffleId, job.numMaps, m.mapIndex(), m.attempt(), data, offsets);
@@ -205,6 +236,22 @@ final class ShuffleServer implements AutoCloseable {
         }
         IndexRecord rec = reg.index().getIndex(r.reduce());
         return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
+    }
+
+    /** An index record: start offset, raw length, part length (Hadoop's {@code MapTask.MAP_OUTPUT_INDEX_RECORD_LENGTH}). */
+    static final int INDEX_RECORD_BYTES = 24;
+    /** The CRC32 after an index file's records. */
+    static final int INDEX_CHECKSUM_BYTES = 8;
+
+    /** The length of {@code f} if it is a plain file (a symbolic link is not followed), else -1. */
+    static long plainFileLength(File f) {
+        try {
+            BasicFileAttributes a = Files.readAttributes(f.toPath(), BasicFileAttributes.class,
+                    LinkOption.NOFOLLOW_LINKS);
+            return a.isRegularFile() ? a.size() : -1;
+        } catch (IOException e) {
+            return -1;
+        }
     }
 
     /** The partitions' offsets if {@code spill} lays them out back to back from 0 within the file, else null. */

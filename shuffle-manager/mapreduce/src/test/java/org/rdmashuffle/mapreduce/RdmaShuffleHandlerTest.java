@@ -86,19 +86,44 @@ class RdmaShuffleHandlerTest {
         return c;
     }
 
-    /** An application with a container on the NodeManager of {@code localDir} that holds {@code secret}. */
+    /**
+     * An application with a container on the NodeManager of {@code localDir} that holds {@code secret}, running until
+     * the service captured the secret (as a real container runs for seconds).
+     */
     private static JobID runContainer(RdmaShuffleHandler nm, Path localDir, int appNumber, byte[] secret)
+            throws Exception {
+        JobID job = startContainer(nm, localDir, appNumber, secret);
+        awaitSecret(nm, job);
+        return job;
+    }
+
+    /** A container of a new application that starts holding {@code secret} (none when null); returns its job. */
+    private static JobID startContainer(RdmaShuffleHandler nm, Path localDir, int appNumber, byte[] secret)
             throws IOException {
         ApplicationId app = ApplicationId.newInstance(1_700_000_000_000L, appNumber);
         ContainerId container = ContainerId.newContainerId(ApplicationAttemptId.newInstance(app, 1), 1);
         Path containerDir = localDir.resolve(LocalDirs.appBase(USER, app.toString())).resolve(container.toString());
         Files.createDirectories(containerDir);
+        if (secret != null) {
+            writeTokens(containerDir, secret);
+        }
+        nm.initializeContainer(new ContainerInitializationContext(USER, container, Resource.newInstance(512, 1)));
+        return new JobID(Long.toString(app.getClusterTimestamp()), app.getId());
+    }
+
+    private static void writeTokens(Path containerDir, byte[] secret) throws IOException {
         Credentials creds = new Credentials();
         TokenCache.setShuffleSecretKey(secret, creds);
         creds.writeTokenStorageFile(new org.apache.hadoop.fs.Path(containerDir.resolve("container_tokens").toString()),
                 new Configuration(false));
-        nm.initializeContainer(new ContainerInitializationContext(USER, container, Resource.newInstance(512, 1)));
-        return new JobID(Long.toString(app.getClusterTimestamp()), app.getId());
+    }
+
+    private static void awaitSecret(RdmaShuffleHandler nm, JobID job) throws InterruptedException {
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (!nm.server().jobs().hasSecret(job.toString()) && System.nanoTime() < deadline) {
+            Thread.sleep(50);
+        }
+        assertTrue(nm.server().jobs().hasSecret(job.toString()), "the service captured the secret of " + job);
     }
 
     /** Writes map {@code map}'s attempt output of {@link #REDUCES} partitions of random bytes; returns them. */
@@ -375,6 +400,115 @@ class RdmaShuffleHandlerTest {
         unknown.set(MapReduceRdmaConf.PREFIX + "noSuchKey", "1");
         assertThrows(RuntimeException.class, () -> MapReduceRdmaConf.from(unknown));
         assertEquals(RdmaShuffleConf.Provider.TCP, MapReduceRdmaConf.from(withProvider()).provider());
+    }
+
+    @Test
+    void shouldServeOnlyPlainFilesAndIndexesOfTheJobsReduceCount() throws Exception {
+        byte[] secret = "plain-files".getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 11, secret);
+        byte[][] parts = writeMapOutput(dir.resolve("nm1"), job, 0, 0, 11);
+        // map 1: its file.out a link to a file the service may read but no reducer may
+        writeMapOutput(dir.resolve("nm1"), job, 1, 0, 12);
+        Path linked = outputDir(dir.resolve("nm1"), job, 1, 0).resolve("file.out");
+        Path secretFile = Files.writeString(dir.resolve("nodemanager-only"), "the NodeManager's keytab");
+        Files.delete(linked);
+        Files.createSymbolicLink(linked, secretFile);
+        // map 2: an index of another reduce count (a lying or foreign index is not read)
+        writeMapOutput(dir.resolve("nm1"), job, 2, 0, 13);
+        Path index = outputDir(dir.resolve("nm1"), job, 2, 0).resolve("file.out.index");
+        Files.write(index, new byte[1 << 20]);
+        try (ReducerClient client = reducer(job, secret)) {
+            RegisterProtocol.Reply r = register(client, service(client), 1, new MapAttempt(0, 0), new MapAttempt(1, 0),
+                    new MapAttempt(2, 0));
+            assertEquals(RegisterProtocol.PUBLISHED, r.maps()[0].state());
+            assertEquals(RegisterProtocol.MISSING, r.maps()[1].state(), "a linked output is not served");
+            assertEquals(RegisterProtocol.VIA_HTTP, r.maps()[2].state(), "an index of another size is not read");
+            assertArrayEquals(parts[1], read(client, service(client), r.table(), 0, 0, 1));
+        }
+    }
+
+    @Test
+    void shouldNotBlockOnAPipeNamedAsAnIndex() throws Exception {
+        byte[] secret = "fifo".repeat(4).getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 12, secret);
+        writeMapOutput(dir.resolve("nm1"), job, 0, 0, 14);
+        Path index = outputDir(dir.resolve("nm1"), job, 0, 0).resolve("file.out.index");
+        Files.delete(index);
+        Process mkfifo = new ProcessBuilder("mkfifo", index.toString()).start();
+        org.junit.jupiter.api.Assumptions.assumeTrue(mkfifo.waitFor() == 0, "mkfifo is not available here");
+        try (ReducerClient client = reducer(job, secret)) {
+            RegisterProtocol.Reply r = register(client, service(client), 0, new MapAttempt(0, 0));
+            assertEquals(RegisterProtocol.MISSING, r.maps()[0].state(), "a pipe is not opened");
+        }
+    }
+
+    @Test
+    void shouldRefuseAJobWhoseSecretIsNotCapturedYetThenServeItOnceTheMaintenanceThreadFoundIt() throws Exception {
+        byte[] secret = "late-tokens".getBytes();
+        JobID job = startContainer(service, dir.resolve("nm1"), 13, null); // its credentials are not written yet
+        writeMapOutput(dir.resolve("nm1"), job, 0, 0, 15);
+        try (ReducerClient client = reducer(job, secret)) {
+            IOException e = assertThrows(IOException.class, () -> register(client, service(client), 0,
+                    new MapAttempt(0, 0)));
+            assertTrue(e.getMessage().contains("realm"), e.getMessage());
+        }
+        ApplicationId app = ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId());
+        Path containerDir = dir.resolve("nm1").resolve(LocalDirs.appBase(USER, app.toString()))
+                .resolve(ContainerId.newContainerId(ApplicationAttemptId.newInstance(app, 1), 1).toString());
+        writeTokens(containerDir, secret);
+        awaitSecret(service, job); // the refused connection asked the maintenance thread to look again
+        try (ReducerClient client = reducer(job, secret)) {
+            assertEquals(RegisterProtocol.OK, register(client, service(client), 0, new MapAttempt(0, 0)).status());
+        }
+    }
+
+    @Test
+    void shouldStopAnApplicationWithoutWaitingForARegisterThatHoldsItsJob() throws Exception {
+        byte[] secret = "busy-job".getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 14, secret);
+        ServedJobs.Job served = service.server().jobs().job(job.toString());
+        java.util.concurrent.CountDownLatch held = new java.util.concurrent.CountDownLatch(1);
+        java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        Thread register = new Thread(() -> {
+            synchronized (served) { // as a REGISTER reading a slow disk holds it
+                held.countDown();
+                try {
+                    release.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        });
+        register.start();
+        try {
+            held.await();
+            Thread stop = new Thread(() -> service.stopApplication(new ApplicationTerminationContext(
+                    ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId()))));
+            stop.start();
+            stop.join(5000);
+            assertFalse(stop.isAlive(), "stopApplication (the NodeManager's dispatcher) waited for the job's lock");
+        } finally {
+            release.countDown();
+            register.join();
+        }
+        assertEquals(null, service.server().jobs().job(job.toString()));
+    }
+
+    @Test
+    void shouldRefuseToStartWhereContainersRunAsTheirUsers() throws Exception {
+        Configuration c = nodeManagerConf(dir.resolve("lce"));
+        c.set(RdmaShuffleHandler.CONTAINER_EXECUTOR,
+                "org.apache.hadoop.yarn.server.nodemanager.LinuxContainerExecutor");
+        RdmaShuffleHandler h = new RdmaShuffleHandler();
+        Exception e = assertThrows(Exception.class, () -> h.init(c));
+        String said = String.valueOf(e.getMessage()) + " " + e.getCause();
+        assertTrue(said.contains("LinuxContainerExecutor") && said.contains("DefaultContainerExecutor"), said);
+    }
+
+    private static Path outputDir(Path localDir, JobID job, int map, int attempt) {
+        ApplicationId app = ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId());
+        TaskAttemptID id = new TaskAttemptID(new TaskID(job, TaskType.MAP, map), attempt);
+        return localDir.resolve(LocalDirs.appBase(USER, app.toString())).resolve("output").resolve(id.toString());
     }
 
     private static Configuration withProvider() {

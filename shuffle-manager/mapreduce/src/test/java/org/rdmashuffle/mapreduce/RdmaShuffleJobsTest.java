@@ -197,7 +197,8 @@ class RdmaShuffleJobsTest {
 
     @Test
     @Timeout(600)
-    void shouldRerunAMapWhoseOutputWasDeletedAfterItCommittedAndSortRight() throws Exception {
+    void shouldRefuseClientsWithoutTheRunningJobsTokenAndRerunAMapWhoseOutputWasDeletedAfterItCommitted()
+            throws Exception {
         Path dir = new Path(cluster.workDir(), "deleted");
         Path input = new Path(dir, "input");
         writeRows(input);
@@ -222,6 +223,14 @@ class RdmaShuffleJobsTest {
             String[] id = waiting[0].getName().substring(waiting[0].getName().indexOf("attempt_")).split("_");
             String ownOutput = "/appcache/application_" + id[1] + "_" + id[2] + "/output/attempt_" + id[1] + "_" + id[2]
                     + "_m_000000_0/file.out";
+            // While the job runs, its maps committed and the service knows it: a client with a guessed token, one
+            // naming another job, and a flood of them get no byte and a clear error, and do not stop the job.
+            String jobId = "job_" + id[1] + "_" + id[2];
+            assertRefused(jobId, "a-guessed-job-token".getBytes(StandardCharsets.UTF_8), "auth");
+            assertRefused("job_" + id[1] + "_9999", "some-other-token".getBytes(StandardCharsets.UTF_8), "realm");
+            for (int i = 0; i < 20; i++) {
+                assertRefused(jobId, ("flood-" + i).getBytes(StandardCharsets.UTF_8), "auth");
+            }
             List<java.io.File> deleted = new java.util.ArrayList<>();
             for (int i = 0; i < cluster.nodeManagerCount(); i++) {
                 for (java.io.File local : cluster.localDirs(i)) {
@@ -240,6 +249,7 @@ class RdmaShuffleJobsTest {
             assertTrue(job.succeeded(), "TeraSort failed");
             assertEquals(TeraRows.expected(SEED, ROWS), checkSortedAndSum(new Path(dir, "sorted")));
             assertTrue(job.counter(RdmaShuffleCounter.READ_FAILURES) > 0, "the missing output was a fetch failure");
+            assertTrue(job.counter(RdmaShuffleCounter.MAPS_READ) > 0, "the refused clients did not stop the READs");
             long map0Attempts = job.completionEvents().stream()
                     .filter(e -> e.getTaskAttemptId().getTaskID().getId() == 0 && e.getTaskAttemptId().getTaskID()
                             .getTaskType() == org.apache.hadoop.mapreduce.TaskType.MAP)
@@ -247,6 +257,21 @@ class RdmaShuffleJobsTest {
             assertTrue(map0Attempts >= 2, "map 0 was rerun: " + job.completionEvents());
         } finally {
             submit.shutdownNow();
+        }
+    }
+
+    /**
+     * A client proving {@code token} for {@code job}'s realm asks the service to register map 1 for reduce 0: it is
+     * refused before any byte with an error naming {@code why}.
+     */
+    private void assertRefused(String job, byte[] token, String why) throws IOException {
+        try (ReducerClient client = new ReducerClient(MapReduceRdmaConf.from(rdmaJob(port)), job, token)) {
+            var service = new org.rdmashuffle.transport.NodeAddress("127.0.0.1", port, "tcp");
+            IOException e = org.junit.jupiter.api.Assertions.assertThrows(IOException.class, () -> client.call(service,
+                    RegisterProtocol.encode(new RegisterProtocol.Request(MAPS, REDUCES, 0,
+                            new RegisterProtocol.MapAttempt[] {new RegisterProtocol.MapAttempt(1, 0)}))));
+            assertTrue(e.getMessage().toLowerCase(java.util.Locale.ROOT).contains(why),
+                    "the error says why (" + why + "): " + e.getMessage());
         }
     }
 

@@ -35,11 +35,12 @@ import org.rdmashuffle.mapreduce.jobs.TeraSort;
  * ResourceManager, NodeManagers and their shuffle services). Every run's output must equal the first run's.
  *
  * <p>Arguments: {@code --rows N} (default 2,000,000: 200 MB), {@code --maps M} (8), {@code --reduces R} (4),
- * {@code --rounds K} (3).
+ * {@code --rounds K} (3), {@code --jfr DIR} (a JFR recording of every reducer under {@code DIR/round<k>-<shuffle>/};
+ * off by default).
  */
 public final class MapReduceComparison {
-    private record Run(String shuffle, long jobMs, double shuffleMs, long taskCpuMs, long daemonCpuMs, long read,
-                       long viaHttp, long checksum) {
+    private record Run(String shuffle, long jobMs, double shuffleMs, double runMs, long taskCpuMs, long daemonCpuMs,
+                       long read, long viaHttp, long checksum, String where) {
     }
 
     private MapReduceComparison() {
@@ -50,6 +51,7 @@ public final class MapReduceComparison {
         int maps = 8;
         int reduces = 4;
         int rounds = 3;
+        String jfr = null;
         for (int i = 0; i < args.length; i += 2) {
             String v = i + 1 < args.length ? args[i + 1] : null;
             switch (args[i]) {
@@ -57,8 +59,9 @@ public final class MapReduceComparison {
                 case "--maps" -> maps = Integer.parseInt(v);
                 case "--reduces" -> reduces = Integer.parseInt(v);
                 case "--rounds" -> rounds = Integer.parseInt(v);
+                case "--jfr" -> jfr = v;
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]
-                        + " (--rows N --maps M --reduces R --rounds K)");
+                        + " (--rows N --maps M --reduces R --rounds K --jfr DIR)");
             }
         }
         int port;
@@ -76,8 +79,19 @@ public final class MapReduceComparison {
                 for (boolean rdma : new boolean[] {false, true}) {
                     Configuration conf = cluster.jobConf();
                     conf.setLong(FileInputFormat.SPLIT_MAXSIZE, rows / maps * TeraRows.ROW_BYTES);
+                    conf.set(MRConfig.SHUFFLE_CONSUMER_PLUGIN, TimedShuffle.class.getName());
+                    if (jfr != null) { // a flight recording of every reducer, in a directory per run
+                        java.io.File runDir = new java.io.File(jfr, "round" + (round + 1) + (rdma ? "-rdma" : "-hadoop"));
+                        if (!runDir.mkdirs() && !runDir.isDirectory()) {
+                            throw new IOException("cannot create " + runDir);
+                        }
+                        conf.set(org.apache.hadoop.mapreduce.MRJobConfig.REDUCE_JAVA_OPTS,
+                                conf.get(org.apache.hadoop.mapreduce.MRJobConfig.REDUCE_JAVA_OPTS, "")
+                                        + " -XX:StartFlightRecording=settings=profile,filename="
+                                        + runDir.getAbsolutePath() + "/");
+                    }
                     if (rdma) {
-                        conf.set(MRConfig.SHUFFLE_CONSUMER_PLUGIN, RdmaShuffle.class.getName());
+                        conf.set(TimedShuffle.PLUGIN, RdmaShuffle.class.getName());
                         conf.set(MapReduceRdmaConf.PORT, Integer.toString(port));
                         conf.set(MapReduceRdmaConf.PREFIX + "provider", "tcp");
                     }
@@ -89,16 +103,18 @@ public final class MapReduceComparison {
                         throw new IllegalStateException("TeraSort failed: " + job.jobId());
                     }
                     Run r = new Run(rdma ? "rdma" : "hadoop", job.elapsedMs(), shuffleMs(conf, job),
+                            job.counter(TimedShuffle.Timing.SHUFFLE_RUN_MILLIS) / (double) reduces,
                             job.counter(TaskCounter.CPU_MILLISECONDS), daemonCpu,
                             job.counter(RdmaShuffleCounter.MAPS_READ), job.counter(RdmaShuffleCounter.MAPS_VIA_HTTP),
-                            checksum(out));
+                            checksum(out), rdma ? where(job, reduces) : "");
                     if (!runs.isEmpty() && runs.get(0).checksum() != r.checksum()) {
                         throw new IllegalStateException("output of " + job.jobId() + " differs from the first run's");
                     }
                     runs.add(r);
-                    System.out.printf(Locale.ROOT, "round %d %-6s job %6d ms  shuffle %7.0f ms  task cpu %6d ms  "
-                            + "daemon cpu %6d ms  READ %d  http %d%n", round + 1, r.shuffle(), r.jobMs(),
-                            r.shuffleMs(), r.taskCpuMs(), r.daemonCpuMs(), r.read(), r.viaHttp());
+                    System.out.printf(Locale.ROOT, "round %d %-6s job %6d ms  reducer start to shuffle end %7.0f ms"
+                            + "  shuffle run %7.0f ms  task cpu %6d ms  daemon cpu %6d ms  READ %d  http %d %s%n",
+                            round + 1, r.shuffle(), r.jobMs(), r.shuffleMs(), r.runMs(), r.taskCpuMs(),
+                            r.daemonCpuMs(), r.read(), r.viaHttp(), r.where());
                 }
             }
         }
@@ -114,9 +130,11 @@ public final class MapReduceComparison {
         System.out.println("| metric | Hadoop shuffle (HTTP) | rdma-shuffle (tcp) | rdma / Hadoop |");
         System.out.println("| --- | --- | --- | --- |");
         row("job time (ms)", h.jobMs(), r.jobMs());
-        row("shuffle phase per reducer (ms)", h.shuffleMs(), r.shuffleMs());
+        row("shuffle phase per reducer: the plugin's run (ms)", h.runMs(), r.runMs());
+        row("reducer start to shuffle end, per reducer (ms)", h.shuffleMs(), r.shuffleMs());
         row("task CPU (ms)", h.taskCpuMs(), r.taskCpuMs());
         row("daemon CPU: RM, NMs, shuffle services (ms)", h.daemonCpuMs(), r.daemonCpuMs());
+        System.out.println("rdma-shuffle's run, median job " + r.where());
     }
 
     private static void row(String name, double hadoop, double rdma) {
@@ -129,10 +147,20 @@ public final class MapReduceComparison {
                 b.jobMs())).toArray(Run[]::new);
         Run m = of[of.length / 2];
         double[] sh = Arrays.stream(of).mapToDouble(Run::shuffleMs).sorted().toArray();
+        double[] rn = Arrays.stream(of).mapToDouble(Run::runMs).sorted().toArray();
         long[] tc = Arrays.stream(of).mapToLong(Run::taskCpuMs).sorted().toArray();
         long[] dc = Arrays.stream(of).mapToLong(Run::daemonCpuMs).sorted().toArray();
-        return new Run(shuffle, m.jobMs(), sh[sh.length / 2], tc[tc.length / 2], dc[dc.length / 2], m.read(),
-                m.viaHttp(), m.checksum());
+        return new Run(shuffle, m.jobMs(), sh[sh.length / 2], rn[rn.length / 2], tc[tc.length / 2], dc[dc.length / 2],
+                m.read(), m.viaHttp(), m.checksum(), m.where());
+    }
+
+    /** rdma-shuffle's own breakdown of its reducers' shuffle, per reducer (the fetcher threads' sums). */
+    private static String where(JobResult job, int reduces) {
+        return String.format(Locale.ROOT, "(per reducer: open %d ms, REGISTER %d ms, READ wait %d ms, merge copy %d ms)",
+                job.counter(RdmaShuffleCounter.OPEN_MILLIS) / reduces,
+                job.counter(RdmaShuffleCounter.REGISTER_MILLIS) / reduces,
+                job.counter(RdmaShuffleCounter.READ_WAIT_MILLIS) / reduces,
+                job.counter(RdmaShuffleCounter.MERGE_COPY_MILLIS) / reduces);
     }
 
     private static long processCpuMs() {
