@@ -39,8 +39,16 @@ import org.rdmashuffle.mapreduce.jobs.TeraSort;
  * off by default).
  */
 public final class MapReduceComparison {
-    private record Run(String shuffle, long jobMs, double shuffleMs, double runMs, long taskCpuMs, long daemonCpuMs,
-                       long read, long viaHttp, long checksum, String where) {
+    private record Run(String shuffle, long jobMs, double shuffleMs, double mergeMs, double runMs, long taskCpuMs,
+                       long daemonCpuMs, long read, long viaHttp, long checksum, String where) {
+        /** The copy phase: the plugin's run without the final merge. */
+        double copyMs() {
+            return runMs - mergeMs;
+        }
+    }
+
+    /** Means over a job's reducers: start to the end of the copy phase, and the final merge (copy end to sort end). */
+    private record Phases(double toShuffleEndMs, double finalMergeMs) {
     }
 
     private MapReduceComparison() {
@@ -102,7 +110,9 @@ public final class MapReduceComparison {
                     if (!job.succeeded()) {
                         throw new IllegalStateException("TeraSort failed: " + job.jobId());
                     }
-                    Run r = new Run(rdma ? "rdma" : "hadoop", job.elapsedMs(), shuffleMs(conf, job),
+                    Phases phases = phases(conf, job);
+                    Run r = new Run(rdma ? "rdma" : "hadoop", job.elapsedMs(), phases.toShuffleEndMs(),
+                            phases.finalMergeMs(),
                             job.counter(TimedShuffle.Timing.SHUFFLE_RUN_MILLIS) / (double) reduces,
                             job.counter(TaskCounter.CPU_MILLISECONDS), daemonCpu,
                             job.counter(RdmaShuffleCounter.MAPS_READ), job.counter(RdmaShuffleCounter.MAPS_VIA_HTTP),
@@ -112,9 +122,9 @@ public final class MapReduceComparison {
                     }
                     runs.add(r);
                     System.out.printf(Locale.ROOT, "round %d %-6s job %6d ms  reducer start to shuffle end %7.0f ms"
-                            + "  shuffle run %7.0f ms  task cpu %6d ms  daemon cpu %6d ms  READ %d  http %d %s%n",
-                            round + 1, r.shuffle(), r.jobMs(), r.shuffleMs(), r.runMs(), r.taskCpuMs(),
-                            r.daemonCpuMs(), r.read(), r.viaHttp(), r.where());
+                            + "  shuffle run %7.0f ms (copy %5.0f, final merge %5.0f)  task cpu %6d ms  daemon cpu %6d"
+                            + " ms  READ %d  http %d %s%n", round + 1, r.shuffle(), r.jobMs(), r.shuffleMs(), r.runMs(),
+                            r.copyMs(), r.mergeMs(), r.taskCpuMs(), r.daemonCpuMs(), r.read(), r.viaHttp(), r.where());
                 }
             }
         }
@@ -131,6 +141,8 @@ public final class MapReduceComparison {
         System.out.println("| --- | --- | --- | --- |");
         row("job time (ms)", h.jobMs(), r.jobMs());
         row("shuffle phase per reducer: the plugin's run (ms)", h.runMs(), r.runMs());
+        row("  of which copying map outputs (ms)", h.copyMs(), r.copyMs());
+        row("  of which the final merge, Hadoop's MergeManager in both (ms)", h.mergeMs(), r.mergeMs());
         row("reducer start to shuffle end, per reducer (ms)", h.shuffleMs(), r.shuffleMs());
         row("task CPU (ms)", h.taskCpuMs(), r.taskCpuMs());
         row("daemon CPU: RM, NMs, shuffle services (ms)", h.daemonCpuMs(), r.daemonCpuMs());
@@ -148,10 +160,11 @@ public final class MapReduceComparison {
         Run m = of[of.length / 2];
         double[] sh = Arrays.stream(of).mapToDouble(Run::shuffleMs).sorted().toArray();
         double[] rn = Arrays.stream(of).mapToDouble(Run::runMs).sorted().toArray();
+        double[] mg = Arrays.stream(of).mapToDouble(Run::mergeMs).sorted().toArray();
         long[] tc = Arrays.stream(of).mapToLong(Run::taskCpuMs).sorted().toArray();
         long[] dc = Arrays.stream(of).mapToLong(Run::daemonCpuMs).sorted().toArray();
-        return new Run(shuffle, m.jobMs(), sh[sh.length / 2], rn[rn.length / 2], tc[tc.length / 2], dc[dc.length / 2],
-                m.read(), m.viaHttp(), m.checksum(), m.where());
+        return new Run(shuffle, m.jobMs(), sh[sh.length / 2], mg[mg.length / 2], rn[rn.length / 2], tc[tc.length / 2],
+                dc[dc.length / 2], m.read(), m.viaHttp(), m.checksum(), m.where());
     }
 
     /** rdma-shuffle's own breakdown of its reducers' shuffle, per reducer (the fetcher threads' sums). */
@@ -168,8 +181,8 @@ public final class MapReduceComparison {
                 .getProcessCpuTime() / 1_000_000;
     }
 
-    /** Mean over the job's reduce attempts of start → shuffle finished, from the job's history file. */
-    private static double shuffleMs(Configuration conf, JobResult job) throws IOException, InterruptedException {
+    /** Means over the job's reduce attempts, from the job's history file. */
+    private static Phases phases(Configuration conf, JobResult job) throws IOException, InterruptedException {
         Path done = new Path(JobHistoryUtils.getConfiguredHistoryIntermediateDoneDirPrefix(conf));
         FileSystem fs = done.getFileSystem(conf);
         String id = job.jobId().toString();
@@ -181,6 +194,7 @@ public final class MapReduceComparison {
                     if (f.getPath().getName().startsWith(id) && f.getPath().getName().endsWith(".jhist")) {
                         JobHistoryParser.JobInfo info = new JobHistoryParser(fs, f.getPath()).parse();
                         double sum = 0;
+                        double merge = 0;
                         int n = 0;
                         for (JobHistoryParser.TaskInfo t : info.getAllTasks().values()) {
                             if (t.getTaskType() != TaskType.REDUCE) {
@@ -188,9 +202,10 @@ public final class MapReduceComparison {
                             }
                             JobHistoryParser.TaskAttemptInfo a = t.getAllTaskAttempts().get(t.getSuccessfulAttemptId());
                             sum += a.getShuffleFinishTime() - a.getStartTime();
+                            merge += a.getSortFinishTime() - a.getShuffleFinishTime();
                             n++;
                         }
-                        return n == 0 ? Double.NaN : sum / n;
+                        return n == 0 ? new Phases(Double.NaN, Double.NaN) : new Phases(sum / n, merge / n);
                     }
                 }
             }
