@@ -52,6 +52,8 @@ final class RdmaFetcher<K, V> extends Thread {
     private HttpFetcher<K, V> http;
     private BlockFetcher fetcher;
     private volatile boolean stopped;
+    /** Whether this turn of the current host already counted a host failure. */
+    private boolean hostFailedThisTurn;
 
     RdmaFetcher(RdmaShuffle<K, V> shuffle, int id, ReducerClient client, String clientProblem) {
         super("rdma-shuffle-fetcher-" + id);
@@ -92,6 +94,7 @@ final class RdmaFetcher<K, V> extends Thread {
     }
 
     private void fetchFrom(MapHost host) throws IOException, InterruptedException {
+        hostFailedThisTurn = false;
         String why = client == null ? clientProblem : client.httpReason(host);
         if (why != null) {
             overHttp(host, host.getNumKnownMapOutputs());
@@ -146,6 +149,7 @@ final class RdmaFetcher<K, V> extends Thread {
                     new RegisterProtocol.Request(shuffle.numMaps(), shuffle.numReduces(), shuffle.reduce(), asked))),
                     asked.length);
         } catch (IOException | IllegalArgumentException e) {
+            shuffle.times().registering(System.nanoTime() - asking);
             client.useHttp(host, "its rdma-shuffle service at " + service + " cannot be asked: " + e.getMessage());
             viaHttp.addAll(batch);
             viaHttp.addAll(left);
@@ -214,6 +218,7 @@ final class RdmaFetcher<K, V> extends Thread {
             try {
                 b = fetcher().next();
             } catch (FetchFailure e) {
+                shuffle.times().waitingForReads(System.nanoTime() - waiting);
                 // A READ failed or timed out: a transport fault (connection lost, node withdrawn or restarted,
                 // a slow disk), not proof that the map's output is bad. Nothing is blamed here: what is not
                 // fetched yet goes back, and this host's outputs go to Hadoop's HTTP fetcher, whose retries and
@@ -308,7 +313,10 @@ final class RdmaFetcher<K, V> extends Thread {
         LOG.warn("rdma-shuffle: fetching {} from {} failed: {}", mapId, host.getHostName(), why);
         shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
         shuffle.metrics().failedFetch();
-        shuffle.scheduler().hostFailed(host.getHostName()); // as Hadoop's fetcher: the host's failures count too
+        if (!hostFailedThisTurn) { // as Hadoop's fetcher: the host's failures count too, once per turn of the host
+            hostFailedThisTurn = true;
+            shuffle.scheduler().hostFailed(host.getHostName());
+        }
         shuffle.scheduler().copyFailed(mapId, host, true, false);
         shuffle.scheduler().putBackKnownMapOutput(host, mapId);
     }

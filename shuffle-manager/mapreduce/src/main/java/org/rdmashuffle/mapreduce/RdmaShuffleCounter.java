@@ -32,7 +32,10 @@ public enum RdmaShuffleCounter {
     REGISTER_MILLIS,
     /** Milliseconds fetcher threads waited for READs to complete, summed over the threads. */
     READ_WAIT_MILLIS,
-    /** Milliseconds fetcher threads spent handing READ bytes to the merge manager (checksum, decompression,
-     *  copy), summed over the threads. */
+    /**
+     * Milliseconds fetcher threads spent handing READ bytes to the merge manager (checksum, decompression, copy,
+     * writing to disk when the merge manager keeps the output there), summed over the threads. A partition larger
+     * than the pool's largest buffer is READ window by window as it is handed on: those windows' waits count here.
+     */
     MERGE_COPY_MILLIS
 }

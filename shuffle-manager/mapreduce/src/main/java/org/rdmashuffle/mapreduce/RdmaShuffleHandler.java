@@ -85,7 +85,16 @@ public class RdmaShuffleHandler extends AuxiliaryService {
         ShuffleServer s = server;
         if (s != null) {
             ApplicationId app = context.getContainerId().getApplicationAttemptId().getApplicationId();
-            s.jobs().learn(app, context.getUser(), dirs);
+            s.jobs().learn(app, context.getUser(), dirs, true);
+        }
+    }
+
+    /** A container ended: its credentials file goes with it. */
+    @Override
+    public void stopContainer(org.apache.hadoop.yarn.server.api.ContainerTerminationContext context) {
+        ShuffleServer s = server;
+        if (s != null) {
+            s.jobs().containerStopped(context.getContainerId().getApplicationAttemptId().getApplicationId());
         }
     }
 
@@ -94,7 +103,7 @@ public class RdmaShuffleHandler extends AuxiliaryService {
     public void initializeApplication(ApplicationInitializationContext context) {
         ShuffleServer s = server;
         if (s != null) {
-            s.jobs().learn(context.getApplicationId(), context.getUser(), dirs);
+            s.jobs().learn(context.getApplicationId(), context.getUser(), dirs, false);
         }
     }
 

@@ -55,10 +55,12 @@ final class ServedJobs {
         private volatile long captureUntil;
         /** A connection named this job before its secret was known: the maintenance thread looks once more. */
         private volatile boolean searchRequested;
+        /** Containers of the job started and not yet stopped on this process's NodeManagers. */
+        private final AtomicInteger liveContainers = new AtomicInteger();
         /** Guarded by this: the job's map and reduce counts (0 until a reducer said), each map's registered output. */
         int numMaps;
         int numReduces;
-        /** Set when the application stopped here: its table is gone; the next REGISTER frees {@link #outputs}. */
+        /** Set when the application stopped here: its table is gone and REGISTERs naming it are refused. */
         volatile boolean stopped;
         final Map<Integer, Registered> outputs = new HashMap<>();
 
@@ -90,25 +92,50 @@ final class ServedJobs {
     }
 
     private final Configuration conf;
+    private final long captureNanos;
     private final Map<String, Job> byRealm = new ConcurrentHashMap<>();
     private final Map<Integer, Job> byShuffle = new ConcurrentHashMap<>();
     private final AtomicInteger nextShuffleId = new AtomicInteger();
 
     ServedJobs(Configuration conf) {
-        this.conf = conf;
+        this(conf, CAPTURE_NANOS);
     }
 
-    /** Notes that {@code dirs}' NodeManager runs a container of {@code app} for {@code user}. */
-    Job learn(ApplicationId app, String user, LocalDirs dirs) {
+    /** With another capture window after each container start (tests: 0). */
+    ServedJobs(Configuration conf, long captureNanos) {
+        this.conf = conf;
+        this.captureNanos = captureNanos;
+    }
+
+    /**
+     * Notes that {@code dirs}' NodeManager starts a container of {@code app} for {@code user} ({@code container}
+     * true; its credentials are looked for while it runs, see {@link #containerStopped}) or runs the application.
+     */
+    Job learn(ApplicationId app, String user, LocalDirs dirs, boolean container) {
         JobID jobId = new JobID(Long.toString(app.getClusterTimestamp()), app.getId());
-        Job job = byRealm.computeIfAbsent(jobId.toString(), r -> {
-            Job j = new Job(jobId, app.toString(), user, nextShuffleId.getAndIncrement());
-            byShuffle.put(j.shuffleId, j);
+        // Atomically with another NodeManager's stop of the same application (one process may run several).
+        Job job = byRealm.compute(jobId.toString(), (r, known) -> {
+            Job j = known;
+            if (j == null) {
+                j = new Job(jobId, app.toString(), user, nextShuffleId.getAndIncrement());
+                byShuffle.put(j.shuffleId, j);
+            }
+            j.on.add(dirs);
             return j;
         });
-        job.on.add(dirs);
-        job.captureUntil = System.nanoTime() + CAPTURE_NANOS;
+        job.captureUntil = System.nanoTime() + captureNanos;
+        if (container) {
+            job.liveContainers.incrementAndGet();
+        }
         return job;
+    }
+
+    /** A container of {@code app} stopped on a NodeManager of this process. */
+    void containerStopped(ApplicationId app) {
+        Job job = byRealm.get(new JobID(Long.toString(app.getClusterTimestamp()), app.getId()).toString());
+        if (job != null) {
+            job.liveContainers.updateAndGet(n -> Math.max(0, n - 1));
+        }
     }
 
     /**
@@ -120,7 +147,10 @@ final class ServedJobs {
     void captureSecrets() {
         long now = System.nanoTime();
         for (Job job : byRealm.values()) {
-            if (job.secret == null && (now - job.captureUntil < 0 || job.searchRequested)) {
+            // While a container of the job runs here (its credentials file exists only then; localization can
+            // take longer than the window), for a while after one started, or once when a connection asked.
+            if (job.secret == null && (job.liveContainers.get() > 0 || now - job.captureUntil < 0
+                    || job.searchRequested)) {
                 job.searchRequested = false;
                 byte[] s = findSecret(job);
                 if (s != null) {
@@ -137,17 +167,17 @@ final class ServedJobs {
      */
     Job stopped(ApplicationId app, LocalDirs dirs) {
         JobID jobId = new JobID(Long.toString(app.getClusterTimestamp()), app.getId());
-        Job job = byRealm.get(jobId.toString());
-        if (job == null) {
+        Job[] dropped = new Job[1];
+        byRealm.computeIfPresent(jobId.toString(), (r, job) -> {
+            job.on.remove(dirs);
+            if (!job.on.isEmpty()) {
+                return job;
+            }
+            byShuffle.remove(job.shuffleId, job);
+            dropped[0] = job;
             return null;
-        }
-        job.on.remove(dirs);
-        if (!job.on.isEmpty()) {
-            return null;
-        }
-        byRealm.remove(job.realm(), job);
-        byShuffle.remove(job.shuffleId, job);
-        return job;
+        });
+        return dropped[0];
     }
 
     Job job(String realm) {

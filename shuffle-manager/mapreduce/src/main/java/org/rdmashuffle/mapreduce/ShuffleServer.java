@@ -35,8 +35,9 @@ import org.slf4j.LoggerFactory;
  * process, and they share the port's node (each adds its local dirs; the last one to stop closes it).
  *
  * <p>Threads: {@link #acquire}/{@link #release} on NodeManager service threads; container and application
- * events on the NodeManager's dispatcher; REGISTER and secret lookups on the node's transport thread (they
- * read index files and credentials from local disk — the only disk reads this service does).
+ * events on the NodeManager's dispatcher (never waiting for a job's lock); REGISTER on the node's transport
+ * thread (it reads index files: the service's only disk reads there); secret lookups on that thread answer from
+ * memory, and the maintenance thread reads the credentials files.
  */
 final class ShuffleServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleServer.class);
@@ -113,7 +114,7 @@ final class ShuffleServer implements AutoCloseable {
     /**
      * Drops a stopped job's table (its outputs deregistered and unmapped). Called on the NodeManager's dispatcher,
      * which must never wait for the job's lock (a REGISTER holding it may be reading a slow disk): the table goes
-     * now, the job's index memory when that lock is free.
+     * now; a REGISTER still running finds no table to publish into, and the job's indexes go with the job.
      */
     void dropJob(ServedJobs.Job job) {
         server.unregisterShuffle(job.shuffleId);

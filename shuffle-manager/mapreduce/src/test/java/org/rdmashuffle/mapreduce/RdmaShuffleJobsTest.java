@@ -77,20 +77,6 @@ class RdmaShuffleJobsTest {
         }
     }
 
-    /** {@link #MAPS} files of consecutive TeraGen rows ({@link TeraRows#generate}), one map's input each. */
-    private static void writeRows(Path dir) throws IOException {
-        FileSystem fs = FileSystem.getLocal(new Configuration());
-        byte[] row = new byte[TeraRows.ROW_BYTES];
-        long perFile = ROWS / MAPS;
-        for (int f = 0; f < MAPS; f++) {
-            try (var out = fs.create(new Path(dir, String.format("part-m-%05d", f)), false)) {
-                for (long r = f * perFile; r < (f + 1) * perFile; r++) {
-                    TeraRows.generate(SEED, r, row);
-                    out.write(row);
-                }
-            }
-        }
-    }
 
     /** Checks the part files under {@code dir}, in name order, hold rows in key order; their count and checksum. */
     private static TeraRows.Checksum checkSortedAndSum(Path dir) throws IOException {
@@ -149,7 +135,7 @@ class RdmaShuffleJobsTest {
             throws Exception {
         Path dir = new Path(cluster.workDir(), "terasort");
         Path generated = new Path(dir, "generated");
-        writeRows(generated); // here, not by a TeraGen job: the job under test is the sort
+        TeraRows.writeFiles(generated, ROWS, MAPS, SEED); // here, not by a TeraGen job: the job under test is the sort
         JobResult http = TeraSort.run(sortSettings(cluster.jobConf()), generated, new Path(dir, "by-http"), REDUCES);
         assertTrue(http.succeeded(), "TeraSort over Hadoop's shuffle failed");
         JobResult rdma = TeraSort.run(sortSettings(rdmaJob(port)), generated, new Path(dir, "by-rdma"), REDUCES);
@@ -201,7 +187,7 @@ class RdmaShuffleJobsTest {
             throws Exception {
         Path dir = new Path(cluster.workDir(), "deleted");
         Path input = new Path(dir, "input");
-        writeRows(input);
+        TeraRows.writeFiles(input, ROWS, MAPS, SEED);
         java.io.File gate = new java.io.File(cluster.clusterDir(), "deleted-gate");
         Configuration conf = sortSettings(rdmaJob(port));
         conf.set(org.apache.hadoop.mapreduce.MRConfig.SHUFFLE_CONSUMER_PLUGIN, GatedRdmaShuffle.class.getName());

@@ -39,12 +39,9 @@ import org.rdmashuffle.mapreduce.jobs.TeraSort;
  * off by default).
  */
 public final class MapReduceComparison {
-    private record Run(String shuffle, long jobMs, double shuffleMs, double mergeMs, double runMs, long taskCpuMs,
-                       long daemonCpuMs, long read, long viaHttp, long checksum, String where) {
-        /** The copy phase: the plugin's run without the final merge. */
-        double copyMs() {
-            return runMs - mergeMs;
-        }
+    /** One job; in a median row every number is the median of its own column (copyMs too). */
+    private record Run(String shuffle, long jobMs, double shuffleMs, double mergeMs, double runMs, double copyMs,
+                       long taskCpuMs, long daemonCpuMs, long read, long viaHttp, long checksum, String where) {
     }
 
     /** Means over a job's reducers: start to the end of the copy phase, and the final merge (copy end to sort end). */
@@ -82,7 +79,7 @@ public final class MapReduceComparison {
                 .nodeManagerSetting(MapReduceRdmaConf.PREFIX + "provider", "tcp")
                 .nodeManagerSetting(MapReduceRdmaConf.BIND_HOST, "127.0.0.1").start()) {
             Path input = new Path(cluster.workDir(), "input");
-            writeRows(input, rows, maps);
+            TeraRows.writeFiles(input, rows, maps, 0x5EEDL);
             for (int round = 0; round < rounds; round++) {
                 for (boolean rdma : new boolean[] {false, true}) {
                     Configuration conf = cluster.jobConf();
@@ -114,6 +111,8 @@ public final class MapReduceComparison {
                     Run r = new Run(rdma ? "rdma" : "hadoop", job.elapsedMs(), phases.toShuffleEndMs(),
                             phases.finalMergeMs(),
                             job.counter(TimedShuffle.Timing.SHUFFLE_RUN_MILLIS) / (double) reduces,
+                            job.counter(TimedShuffle.Timing.SHUFFLE_RUN_MILLIS) / (double) reduces
+                                    - phases.finalMergeMs(),
                             job.counter(TaskCounter.CPU_MILLISECONDS), daemonCpu,
                             job.counter(RdmaShuffleCounter.MAPS_READ), job.counter(RdmaShuffleCounter.MAPS_VIA_HTTP),
                             checksum(out), rdma ? where(job, reduces) : "");
@@ -161,10 +160,11 @@ public final class MapReduceComparison {
         double[] sh = Arrays.stream(of).mapToDouble(Run::shuffleMs).sorted().toArray();
         double[] rn = Arrays.stream(of).mapToDouble(Run::runMs).sorted().toArray();
         double[] mg = Arrays.stream(of).mapToDouble(Run::mergeMs).sorted().toArray();
+        double[] cp = Arrays.stream(of).mapToDouble(Run::copyMs).sorted().toArray();
         long[] tc = Arrays.stream(of).mapToLong(Run::taskCpuMs).sorted().toArray();
         long[] dc = Arrays.stream(of).mapToLong(Run::daemonCpuMs).sorted().toArray();
-        return new Run(shuffle, m.jobMs(), sh[sh.length / 2], mg[mg.length / 2], rn[rn.length / 2], tc[tc.length / 2],
-                dc[dc.length / 2], m.read(), m.viaHttp(), m.checksum(), m.where());
+        return new Run(shuffle, m.jobMs(), sh[sh.length / 2], mg[mg.length / 2], rn[rn.length / 2], cp[cp.length / 2],
+                tc[tc.length / 2], dc[dc.length / 2], m.read(), m.viaHttp(), m.checksum(), m.where());
     }
 
     /** rdma-shuffle's own breakdown of its reducers' shuffle, per reducer (the fetcher threads' sums). */
@@ -232,17 +232,4 @@ public final class MapReduceComparison {
         return sum;
     }
 
-    private static void writeRows(Path dir, long rows, int files) throws IOException {
-        FileSystem fs = FileSystem.getLocal(new Configuration());
-        byte[] row = new byte[TeraRows.ROW_BYTES];
-        long per = rows / files;
-        for (int f = 0; f < files; f++) {
-            try (var out = fs.create(new Path(dir, String.format("part-m-%05d", f)), false)) {
-                for (long r = f * per; r < (f + 1) * per; r++) {
-                    TeraRows.generate(0x5EEDL, r, row);
-                    out.write(row);
-                }
-            }
-        }
-    }
 }

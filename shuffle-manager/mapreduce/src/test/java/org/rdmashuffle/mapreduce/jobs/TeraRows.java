@@ -103,4 +103,24 @@ public final class TeraRows {
             return rows + " rows, checksum " + Long.toHexString(sum);
         }
     }
+
+    /**
+     * Writes rows 0 to {@code rows} - 1 of {@code seed} into {@code files} files under {@code dir}
+     * ({@code part-m-00000}, …), consecutive rows per file: one map's input each.
+     */
+    public static void writeFiles(org.apache.hadoop.fs.Path dir, long rows, int files, long seed)
+            throws java.io.IOException {
+        org.apache.hadoop.fs.FileSystem fs = org.apache.hadoop.fs.FileSystem.getLocal(
+                new org.apache.hadoop.conf.Configuration());
+        byte[] row = new byte[ROW_BYTES];
+        long per = rows / files;
+        for (int f = 0; f < files; f++) {
+            try (var out = fs.create(new org.apache.hadoop.fs.Path(dir, String.format("part-m-%05d", f)), false)) {
+                for (long r = f * per; r < (f + 1) * per; r++) {
+                    generate(seed, r, row);
+                    out.write(row);
+                }
+            }
+        }
+    }
 }
