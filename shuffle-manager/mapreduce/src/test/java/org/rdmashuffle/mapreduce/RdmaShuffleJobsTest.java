@@ -33,6 +33,8 @@ import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.Timeout;
 import org.rdmashuffle.mapreduce.cluster.MapReduceCluster;
 import org.rdmashuffle.mapreduce.jobs.JobResult;
+import org.rdmashuffle.mapreduce.jobs.TeraGen;
+import org.rdmashuffle.mapreduce.jobs.TeraValidate;
 import org.rdmashuffle.mapreduce.jobs.TeraRows;
 import org.rdmashuffle.mapreduce.jobs.TeraSort;
 import org.rdmashuffle.mapreduce.jobs.WordCount;
@@ -42,8 +44,8 @@ import org.slf4j.LoggerFactory;
 
 /**
  * MapReduce jobs on a two-NodeManager MiniMRYarnCluster whose NodeManagers run {@code rdma_shuffle} beside
- * {@code mapreduce_shuffle}: the same job under Hadoop's shuffle and under {@link RdmaShuffle} writes the same
- * bytes, every partition READ from both NodeManagers; a job whose reducers find no service fetches over HTTP,
+ * {@code mapreduce_shuffle}: the same job (TeraGen → TeraSort → TeraValidate, WordCount) under Hadoop's shuffle and
+ * under {@link RdmaShuffle} writes the same bytes, every partition READ from both NodeManagers; a job whose reducers find no service fetches over HTTP,
  * right, with a WARN per host.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
@@ -135,13 +137,15 @@ class RdmaShuffleJobsTest {
             throws Exception {
         Path dir = new Path(cluster.workDir(), "terasort");
         Path generated = new Path(dir, "generated");
-        TeraRows.writeFiles(generated, ROWS, MAPS, SEED); // here, not by a TeraGen job: the job under test is the sort
+        TeraGen.Result gen = TeraGen.run(cluster.jobConf(), generated, ROWS, MAPS, SEED);
+        assertTrue(gen.job().succeeded(), "TeraGen failed");
+        assertEquals(TeraRows.expected(SEED, ROWS), gen.written());
         JobResult http = TeraSort.run(sortSettings(cluster.jobConf()), generated, new Path(dir, "by-http"), REDUCES);
         assertTrue(http.succeeded(), "TeraSort over Hadoop's shuffle failed");
         JobResult rdma = TeraSort.run(sortSettings(rdmaJob(port)), generated, new Path(dir, "by-rdma"), REDUCES);
         assertTrue(rdma.succeeded(), "TeraSort over rdma-shuffle failed");
 
-        assertEquals(List.of(), differingParts(new Path(dir, "by-http"), new Path(dir, "by-rdma")));
+        assertEquals(List.of(), differingParts(new Path(dir, "by-http"), new Path(dir, "by-rdma"), REDUCES));
         int maps = rdma.succeededAttempts(true).size();
         assertEquals(MAPS, maps);
         assertEquals((long) maps * REDUCES, rdma.counter(RdmaShuffleCounter.MAPS_READ), "every partition READ");
@@ -157,8 +161,36 @@ class RdmaShuffleJobsTest {
                 "maps ran on both NodeManagers, so each reducer READ from both");
 
         assertEquals(TeraRows.expected(SEED, ROWS), checkSortedAndSum(new Path(dir, "by-rdma")));
+        // TeraValidate, a job with a shuffle of its own (every part file's summary to one reducer), over READs.
+        TeraValidate.Report report = TeraValidate.run(rdmaJob(port), new Path(dir, "by-rdma"),
+                new Path(dir, "validated"));
+        assertTrue(report.job().succeeded(), "TeraValidate failed");
+        assertTrue(report.sorted(), "TeraValidate: " + report.fileLines());
+        assertEquals(TeraRows.expected(SEED, ROWS), report.checksum());
+        assertEquals(report.job().succeededAttempts(true).size(), report.job().counter(RdmaShuffleCounter.MAPS_READ),
+                "TeraValidate's reducer READ every summary");
         LOG.info("TeraSort {} rows: Hadoop's shuffle {} ms, rdma-shuffle {} ms (shuffle {} ms summed over reducers)",
                 ROWS, http.elapsedMs(), rdma.elapsedMs(), rdma.counter(RdmaShuffleCounter.SHUFFLE_MILLIS));
+    }
+
+    @Test
+    @Timeout(600)
+    void shouldCountWordsToTheBytesHadoopsShuffleGivesReadingFromBothNodeManagers() throws Exception {
+        Path dir = new Path(cluster.workDir(), "wordcount");
+        Path text = new Path(dir, "text");
+        List<Path> files = WordCountText.write(cluster.jobConf(), text, MAPS, 2_000, 3_000, SEED + 1);
+        WordCount.Result http = WordCount.run(cluster.jobConf(), text, new Path(dir, "by-http"), 2);
+        assertTrue(http.job().succeeded(), "WordCount over Hadoop's shuffle failed");
+        WordCount.Result rdma = WordCount.run(rdmaJob(port), text, new Path(dir, "by-rdma"), 2);
+        assertTrue(rdma.job().succeeded(), "WordCount over rdma-shuffle failed");
+        assertEquals(List.of(), differingParts(new Path(dir, "by-http"), new Path(dir, "by-rdma"), 2));
+        assertEquals(countHere(cluster.jobConf(), files), rdma.counts());
+        JobResult job = rdma.job();
+        int maps = job.succeededAttempts(true).size();
+        assertEquals((long) maps * 2, job.counter(RdmaShuffleCounter.MAPS_READ), "every partition READ");
+        assertEquals(0, job.counter(RdmaShuffleCounter.MAPS_VIA_HTTP));
+        assertEquals(Set.of(0, 1), nodeManagersOf(job.succeededAttempts(true)),
+                "maps ran on both NodeManagers, so each reducer READ from both");
     }
 
     @Test
@@ -297,11 +329,11 @@ class RdmaShuffleJobsTest {
     }
 
     /** The part files whose bytes differ between {@code a} and {@code b} (or exist in one only). */
-    private static List<String> differingParts(Path a, Path b) throws IOException {
+    private static List<String> differingParts(Path a, Path b, int parts) throws IOException {
         FileSystem fs = FileSystem.getLocal(new Configuration());
         FileStatus[] as = fs.listStatus(a, p -> p.getName().startsWith("part-"));
         FileStatus[] bs = fs.listStatus(b, p -> p.getName().startsWith("part-"));
-        assertEquals(REDUCES, as.length);
+        assertEquals(parts, as.length);
         assertArrayEquals(Arrays.stream(as).map(s -> s.getPath().getName()).sorted().toArray(),
                 Arrays.stream(bs).map(s -> s.getPath().getName()).sorted().toArray());
         return Arrays.stream(as).map(s -> s.getPath().getName()).filter(name -> {
