@@ -53,6 +53,10 @@ class RdmaShuffleDecommissionTest {
             }
             assertTrue(!cluster.executorIds().contains(leaving),
                     "executor " + leaving + " did not leave within 120 s of its decommissioning");
+            // The executors that took its outputs tell the driver's tracker each new home by RPC, apart from the
+            // executor's exit; on a loaded machine the exit can be seen first (a job started then finds a map at
+            // the gone executor, a fetch failure that is Spark's and not this test's subject): wait for them.
+            awaitNoOutputsOn(leaving, 12, 6);
             cluster.drainEvents();
             int stagesBefore = cluster.stagesCompleted();
 
@@ -69,6 +73,26 @@ class RdmaShuffleDecommissionTest {
             assertTrue(reads > 0, "the outputs that stayed home were not READ");
             assertTrue(viaSpark > 0, "no migrated output was fetched through Spark's client from its new home");
             assertTrue(viaSpark < 6L * 12, "every block came through Spark's client: whole tasks fell back");
+        }
+    }
+
+    /** Waits until the driver's map output tracker places no output of shuffle 0 on {@code executor}. */
+    private static void awaitNoOutputsOn(String executor, int maps, int reduces) throws InterruptedException {
+        org.apache.spark.MapOutputTrackerMaster tracker =
+                (org.apache.spark.MapOutputTrackerMaster) org.apache.spark.SparkEnv.get().mapOutputTracker();
+        long deadline = System.nanoTime() + 60_000_000_000L;
+        while (true) {
+            boolean there = false;
+            var located = tracker.getMapSizesByExecutorId(0, 0, maps, 0, reduces);
+            while (located.hasNext()) {
+                there |= located.next()._1().executorId().equals(executor);
+            }
+            if (!there) {
+                return;
+            }
+            assertTrue(System.nanoTime() < deadline, "the driver still places outputs on executor " + executor
+                    + " 60 s after it left: a migrated output's new home was never reported");
+            Thread.sleep(100);
         }
     }
 }
