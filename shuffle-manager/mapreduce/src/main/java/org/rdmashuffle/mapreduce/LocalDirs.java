@@ -2,6 +2,9 @@ package org.rdmashuffle.mapreduce;
 
 import java.io.File;
 import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.hadoop.conf.Configuration;
@@ -81,6 +84,17 @@ final class LocalDirs {
             }
         }
         return found;
+    }
+
+    /** The length of {@code f} if it is a plain file (a symbolic link is not followed), else -1. */
+    static long plainFileLength(File f) {
+        try {
+            BasicFileAttributes a = Files.readAttributes(f.toPath(), BasicFileAttributes.class,
+                    LinkOption.NOFOLLOW_LINKS);
+            return a.isRegularFile() ? a.size() : -1;
+        } catch (IOException e) {
+            return -1;
+        }
     }
 
     @Override

@@ -55,6 +55,8 @@ final class ServedJobs {
         private volatile long captureUntil;
         /** A connection named this job before its secret was known: the maintenance thread looks once more. */
         private volatile boolean searchRequested;
+        /** When the maintenance thread next looks for a running container's credentials past the window. */
+        private long nextLiveScan = System.nanoTime();
         /** Containers of the job started and not yet stopped on this process's NodeManagers. */
         private final AtomicInteger liveContainers = new AtomicInteger();
         /** Guarded by this: the job's map and reduce counts (0 until a reducer said), each map's registered output. */
@@ -93,18 +95,20 @@ final class ServedJobs {
 
     private final Configuration conf;
     private final long captureNanos;
+    private final long liveScanNanos;
     private final Map<String, Job> byRealm = new ConcurrentHashMap<>();
     private final Map<Integer, Job> byShuffle = new ConcurrentHashMap<>();
     private final AtomicInteger nextShuffleId = new AtomicInteger();
 
     ServedJobs(Configuration conf) {
-        this(conf, CAPTURE_NANOS);
+        this(conf, CAPTURE_NANOS, SEARCH_AGAIN_NANOS);
     }
 
-    /** With another capture window after each container start (tests: 0). */
-    ServedJobs(Configuration conf, long captureNanos) {
+    /** With another capture window after each container start and another interval past it (tests: 0, 0). */
+    ServedJobs(Configuration conf, long captureNanos, long liveScanNanos) {
         this.conf = conf;
         this.captureNanos = captureNanos;
+        this.liveScanNanos = liveScanNanos;
     }
 
     /**
@@ -149,9 +153,15 @@ final class ServedJobs {
         for (Job job : byRealm.values()) {
             // While a container of the job runs here (its credentials file exists only then; localization can
             // take longer than the window), for a while after one started, or once when a connection asked.
-            if (job.secret == null && (job.liveContainers.get() > 0 || now - job.captureUntil < 0
-                    || job.searchRequested)) {
+            // Past the window, a running container's application is looked at every liveScanNanos only: an
+            // application that is not MapReduce (Spark, Tez) never has a shuffle secret and may run for hours.
+            boolean inWindow = now - job.captureUntil < 0;
+            boolean liveDue = job.liveContainers.get() > 0 && now - job.nextLiveScan >= 0;
+            if (job.secret == null && (inWindow || liveDue || job.searchRequested)) {
                 job.searchRequested = false;
+                if (!inWindow) {
+                    job.nextLiveScan = now + liveScanNanos;
+                }
                 byte[] s = findSecret(job);
                 if (s != null) {
                     job.secret = s;
@@ -237,7 +247,7 @@ final class ServedJobs {
                 }
                 for (File c : containers) {
                     File tokens = new File(c, CONTAINER_TOKENS);
-                    long length = ShuffleServer.plainFileLength(tokens);
+                    long length = LocalDirs.plainFileLength(tokens);
                     if (length < 0 || length > MAX_TOKENS_BYTES) {
                         continue; // not there, not a plain file, or larger than any credentials file
                     }

@@ -3,9 +3,6 @@ package org.rdmashuffle.mapreduce;
 import java.io.File;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.file.Files;
-import java.nio.file.LinkOption;
-import java.nio.file.attribute.BasicFileAttributes;
 import java.util.HashMap;
 import java.util.Map;
 import org.apache.hadoop.conf.Configuration;
@@ -205,8 +202,8 @@ final class ShuffleServer implements AutoCloseable {
             }
             // Only plain files (not links, pipes or devices), and an index of exactly the job's reduces: nothing
             // else is opened, read into memory or mapped.
-            long indexBytes = plainFileLength(index);
-            long dataBytes = plainFileLength(data);
+            long indexBytes = LocalDirs.plainFileLength(index);
+            long dataBytes = LocalDirs.plainFileLength(data);
             if (indexBytes < 0 || dataBytes < 0) {
                 LOG.warn("rdma-shuffle: {} or {} is not a plain file: the output of {} is not served", index, data,
                         attempt);
@@ -244,16 +241,6 @@ final class ShuffleServer implements AutoCloseable {
     /** The CRC32 after an index file's records. */
     static final int INDEX_CHECKSUM_BYTES = 8;
 
-    /** The length of {@code f} if it is a plain file (a symbolic link is not followed), else -1. */
-    static long plainFileLength(File f) {
-        try {
-            BasicFileAttributes a = Files.readAttributes(f.toPath(), BasicFileAttributes.class,
-                    LinkOption.NOFOLLOW_LINKS);
-            return a.isRegularFile() ? a.size() : -1;
-        } catch (IOException e) {
-            return -1;
-        }
-    }
 
     /** The partitions' offsets if {@code spill} lays them out back to back from 0 within the file, else null. */
     static long[] offsets(SpillRecord spill, int partitions, long fileLength) {

@@ -46,7 +46,7 @@ class ServedJobsTest {
 
     @Test
     void shouldAnswerAConnectionFromMemoryAndLeaveTheSearchToTheMaintenanceThread() throws Exception {
-        ServedJobs jobs = new ServedJobs(new Configuration(false), 0); // no capture window after a start
+        ServedJobs jobs = new ServedJobs(new Configuration(false), 0, 0); // no capture window after a start
         ApplicationId app = ApplicationId.newInstance(1_700_000_000_000L, 1);
         byte[] secret = "found-later".getBytes();
         writeTokens(containerDir(app), secret);
@@ -62,7 +62,7 @@ class ServedJobsTest {
 
     @Test
     void shouldKeepLookingWhileAContainerRunsPastTheWindow() throws Exception {
-        ServedJobs jobs = new ServedJobs(new Configuration(false), 0);
+        ServedJobs jobs = new ServedJobs(new Configuration(false), 0, 0);
         ApplicationId app = ApplicationId.newInstance(1_700_000_000_000L, 2);
         ServedJobs.Job job = jobs.learn(app, USER, dirs(), true); // localizing: no credentials file yet
         jobs.captureSecrets();
