@@ -78,6 +78,14 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
     volatile long destroyDelayMs;
     /** Whether destroying a queue pair fails (it may be alive: nothing it holds goes back). */
     volatile boolean destroyFails;
+    /**
+     * Whether deregistering memory fails (ibv_dereg_mr returning an error): the registration is then left
+     * as it was on the NIC, and the emulator keeps no reference to its memory (on a real NIC nothing in the
+     * JVM would), so a test sees whether the provider keeps that memory itself. Counted in {@link #deregFailures}.
+     */
+    volatile boolean deregisterFails;
+    /** Deregistrations that failed because {@link #deregisterFails} was set. */
+    final AtomicInteger deregFailures = new AtomicInteger();
     /** Whether a second closeQuietly waits for the first one's destroy. */
     volatile boolean closeWaits = true;
     /** Whether connect requests carry private data to the listener (java.lang.foreign: yes; DiSNI: no). */
@@ -237,6 +245,10 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
                 throw new IOException("emulated rdma_cm connect to " + target + " failed: closed meanwhile");
             }
             return qp;
+        }
+
+        EmulatedVerbs factory() {
+            return EmulatedVerbs.this;
         }
 
         /** Client queue pairs of this device that are not destroyed. */
@@ -407,8 +419,12 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
         }
 
         @Override
-        public void deregister() {
+        public void deregister() throws IOException {
             device.byKey.remove(key, this);
+            if (device.factory().deregisterFails) {
+                device.factory().deregFailures.incrementAndGet();
+                throw new IOException("ibv_dereg_mr failed: Device or resource busy (emulated)");
+            }
         }
 
         /** Whether [addr, addr + len) lies in this registration. */
