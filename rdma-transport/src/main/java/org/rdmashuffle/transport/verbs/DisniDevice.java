@@ -38,6 +38,7 @@ final class DisniDevice implements VerbsDevice {
     private final InetAddress address;
     private final Thread acceptor;
     private final Set<VerbsEndpoint> accepted = ConcurrentHashMap.newKeySet();
+    private final DisniEvents events;
     private volatile boolean closed;
 
     /**
@@ -49,6 +50,7 @@ final class DisniDevice implements VerbsDevice {
     DisniDevice(VerbsNode node, InetSocketAddress bind, QueuePairParameters queuePairs, int credits, int cqSize,
                 int eventTimeoutMs) throws IOException {
         this.node = node;
+        this.events = new DisniEvents(node, java.util.Map::of);
         RdmaActiveEndpointGroup<VerbsEndpoint> g = null;
         RdmaServerEndpoint<VerbsEndpoint> l = null;
         try {
@@ -142,6 +144,11 @@ final class DisniDevice implements VerbsDevice {
         } catch (Exception e) {
             LOG.debug("closing DiSNI endpoint group", e);
         }
+    }
+
+    /** What its endpoints do with the completions and events DiSNI hands them. */
+    DisniEvents events() {
+        return events;
     }
 
     @Override

@@ -98,6 +98,12 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
     volatile int pollBatch = 32;
     /** While set and not counted down, no READ lands (they wait on the wire, in order). */
     volatile java.util.concurrent.CountDownLatch landingGate;
+    /**
+     * When set when a device opens: its completions and its client queue pairs' disconnects go through the
+     * DiSNI path's handler ({@link DisniEvents}, as {@link VerbsEndpoint} hands them on), with these as the
+     * states of the device's ports.
+     */
+    volatile PortStates disniPorts;
     /** Runs once, in the next connect, before its request reaches the listener. */
     volatile Runnable beforeConnect;
 
@@ -152,6 +158,8 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
         private final ScheduledExecutorService wire;
         private final ExecutorService cm;
         private final Thread poller;
+        /** The DiSNI path's handler ({@link #disniPorts}), or null: completions go to the channel directly. */
+        private final DisniEvents disni;
         // The completion queue: {qp number, wr_id, status}; guarded by cqLock.
         private final Object cqLock = new Object();
         private final ArrayDeque<long[]> cq = new ArrayDeque<>();
@@ -166,6 +174,8 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
             this.cqCapacity = cqCapacity;
             this.wire = Executors.newSingleThreadScheduledExecutor(daemon("emulated-verbs-wire-" + port));
             this.cm = Executors.newSingleThreadExecutor(daemon("emulated-verbs-cm-" + port));
+            PortStates ports = disniPorts;
+            this.disni = ports == null ? null : new DisniEvents(node, ports);
             this.poller = new Thread(this::poll, "emulated-verbs-cq-" + port);
             poller.setDaemon(true);
             poller.start();
@@ -273,7 +283,16 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
          * still on their way: they keep landing until the queue pair is destroyed).
          */
         void reportDisconnected(QueuePair qp) {
-            cm.execute(() -> node.queuePairDisconnected(qp));
+            cm.execute(() -> disconnected(qp));
+        }
+
+        /** A client queue pair disconnected: its node hears of it (through the DiSNI path's handler when set). */
+        private void disconnected(QueuePair qp) {
+            if (disni != null) {
+                disni.onDisconnected(qp, false);
+            } else {
+                node.queuePairDisconnected(qp);
+            }
         }
 
         /** How many completions wait in the completion queue now. */
@@ -333,7 +352,9 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
                     }
                     Qp qp = byNumber.get((int) wc[0]);
                     VerbsChannel c = qp == null ? null : qp.channel;
-                    if (c != null) {
+                    if (disni != null) {
+                        disni.onCompletion(c, qp, wc[1], (int) wc[2]);
+                    } else if (c != null) {
                         c.onCompletion(qp, wc[1], (int) wc[2]);
                     }
                     synchronized (cqLock) {
@@ -578,7 +599,7 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
                 flushPending();
             }
             try {
-                device.cm.execute(() -> device.node.queuePairDisconnected(this));
+                device.cm.execute(() -> device.disconnected(this));
             } catch (java.util.concurrent.RejectedExecutionException e) {
                 // its node is closed already (a queue pair it could not destroy outlived it): nobody to tell
             }
