@@ -50,7 +50,6 @@ final class DisniDevice implements VerbsDevice {
     DisniDevice(VerbsNode node, InetSocketAddress bind, QueuePairParameters queuePairs, int credits, int cqSize,
                 int eventTimeoutMs) throws IOException {
         this.node = node;
-        this.events = new DisniEvents(node, java.util.Map::of);
         RdmaActiveEndpointGroup<VerbsEndpoint> g = null;
         RdmaServerEndpoint<VerbsEndpoint> l = null;
         try {
@@ -92,6 +91,7 @@ final class DisniDevice implements VerbsDevice {
             }
             this.pd = p;
             this.name = deviceName(p);
+            this.events = new DisniEvents(node, name, LocalPorts.sysfs(name));
             this.port = portOf(l.getSrcAddr());
             this.address = ((InetSocketAddress) l.getSrcAddr()).getAddress();
             this.group = g;
@@ -146,7 +146,10 @@ final class DisniDevice implements VerbsDevice {
         }
     }
 
-    /** What its endpoints do with the completions and events DiSNI hands them. */
+    /**
+     * What its endpoints do with the completions and events DiSNI hands them (set before any endpoint can
+     * have one: the listener's port is published only once this device is open).
+     */
     DisniEvents events() {
         return events;
     }
@@ -268,6 +271,11 @@ final class DisniDevice implements VerbsDevice {
         if (ep.recordGone() && !closed && accepted.remove(ep)) {
             node.execute(ep::closeQuietly);
         }
+    }
+
+    @Override
+    public void checkPorts() {
+        events.checkPorts();
     }
 
     @Override

@@ -261,6 +261,9 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
         } else if (t == DISCONNECTED || t == DEVICE_REMOVAL) {
             abortConnect("disconnected");
             if (serverSide) {
+                if (t == DEVICE_REMOVAL) {
+                    device.events().onDeviceRemoved();
+                }
                 device.acceptedDisconnected(this);
             } else {
                 device.events().onDisconnected(this, t == DEVICE_REMOVAL);

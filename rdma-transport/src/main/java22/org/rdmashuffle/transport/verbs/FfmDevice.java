@@ -453,16 +453,16 @@ final class FfmDevice implements VerbsDevice {
                 if (done) {
                     return;
                 }
-                done = true;
                 int rc;
                 try {
                     rc = (int) core.deregMr.invokeExact(mr);
                 } catch (Throwable t) {
                     throw new IOException("ibv_dereg_mr: " + t, t);
                 }
-                if (rc != 0) {
+                if (rc != 0) { // still registered: the caller keeps the memory (VerbsRegion)
                     throw new IOException("ibv_dereg_mr failed: " + core.describe(rc));
                 }
+                done = true; // only now: a failed deregistration is not a done one
             }
         };
     }
