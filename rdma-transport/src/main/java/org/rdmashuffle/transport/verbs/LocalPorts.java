@@ -8,6 +8,7 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
+import java.util.function.LongSupplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -32,6 +33,7 @@ final class LocalPorts {
     private final String device;
     private final PortStates states;
     private final Consumer<String> nodeFailed;
+    private final LongSupplier nanoTime;
     private volatile long activeAt;
     private volatile boolean activeSeen;
     private volatile boolean unreadableLogged;
@@ -42,9 +44,15 @@ final class LocalPorts {
      * @param nodeFailed records the node's failure, with a reason
      */
     LocalPorts(String device, PortStates states, Consumer<String> nodeFailed) {
+        this(device, states, nodeFailed, System::nanoTime);
+    }
+
+    /** With {@code nanoTime} as the clock (tests). */
+    LocalPorts(String device, PortStates states, Consumer<String> nodeFailed, LongSupplier nanoTime) {
         this.device = device;
         this.states = states;
         this.nodeFailed = nodeFailed;
+        this.nanoTime = nanoTime;
     }
 
     /** The port states of {@code device} in sysfs; an IOException when it has none there. */
@@ -76,7 +84,7 @@ final class LocalPorts {
      * @return whether the node's failure was recorded now
      */
     boolean check() {
-        long now = System.nanoTime();
+        long now = nanoTime.getAsLong();
         if (activeSeen && now - activeAt < RECHECK_NANOS) {
             return false;
         }
