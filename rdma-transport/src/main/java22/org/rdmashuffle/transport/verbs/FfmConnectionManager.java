@@ -12,29 +12,20 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
-import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.locks.Lock;
 import java.util.concurrent.locks.ReentrantLock;
-import org.rdmashuffle.transport.TransportException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The rdma_cm side of a {@code java.lang.foreign} device: its listener (bound to the node's address,
- * listening on a port rdma_cm picks), and the connection-manager thread, which takes each event from the
- * event channel and hands it to its queue pair, creates and accepts a queue pair for each connect request
- * the node admits, and rejects the others before any queue pair exists.
+ * The rdma_cm side of a {@code java.lang.foreign} device: its event channel, the ids of its client queue
+ * pairs ({@link #connect}) and of its listener ({@link FfmListener}), and the connection-manager thread,
+ * which takes each event from the channel and hands it to its queue pair or, for a connect request, to the
+ * listener. rdma_cm's DEVICE_REMOVAL fails the node, and a disconnect has the device's ports checked
+ * ({@link LocalPorts}) before any channel hears of it.
  */
 final class FfmConnectionManager {
     private static final Logger LOG = LoggerFactory.getLogger(FfmConnectionManager.class);
-    /** errno EADDRINUSE (Linux). */
-    private static final int EADDRINUSE = 98;
-    /**
-     * Accepted queue pairs that may wait for their connection at once; further connect requests are
-     * refused, so that a flood of requests that never complete cannot take every queue pair of the device.
-     */
-    private static final int MAX_PENDING_ACCEPTS = 256;
-    /** Ports an rdma_cm listener tries when the ones it picked are TCP ports in use (iWARP). */
-    private static final int LISTEN_ATTEMPTS = 8;
 
     private final FfmDevice device;
     private final RdmaCore core;
@@ -46,17 +37,13 @@ final class FfmConnectionManager {
     // The thread's native memory, allocated once: rdma_get_cm_event's result, a pollfd.
     private final MemorySegment evOut;
     private final MemorySegment pfd;
-    private final Object listenerLock = new Object();
+    private final FfmListener listener;
     /**
      * Held by the cm thread while it takes, acknowledges and handles an event, and while any id is
      * destroyed: librdmacm changes a queue pair's state inside rdma_get_cm_event, so an id must not be
      * destroyed meanwhile, and no event of a destroyed id can then reach a new id at the same address.
      */
     private final ReentrantLock cmLock = new ReentrantLock();
-    private long listenId;
-    private boolean accepting = true;
-    /** Connect requests refused for too many pending accepts (the cm thread's). */
-    private long refusedFloods;
     /** Whether close() left native resources alone (a thread did not stop); guarded by cmLock. */
     private boolean released;
     /** Told of rdma_cm's DEVICE_REMOVAL (the node's own failure), and checks the ports on a disconnect. */
@@ -75,26 +62,20 @@ final class FfmConnectionManager {
         this.eventTimeoutMs = eventTimeoutMs;
         this.evOut = arena.allocate(ADDRESS);
         this.pfd = arena.allocate(8, 8);
+        this.listener = new FfmListener(device, queuePairs, this);
     }
 
-    /**
-     * Creates the listener's id and binds it to {@code bind} (destroy it with {@link #destroyListener}).
-     *
-     * @return the verbs context of the device that serves the address, or 0 for none
-     */
-    long bind(InetSocketAddress bind) throws Throwable {
-        listenId = createId();
-        try (Arena a = Arena.ofConfined()) {
-            if ((int) core.bindAddr.invokeExact(state(), RdmaCore.at(listenId),
-                    SocketAddresses.sockaddr(a, bind)) != 0) {
-                throw new TransportException("verbs: cannot listen with rdma_cm on " + bind.getHostString() + ": "
-                        + core.lastError() + " (is the address on an RDMA device? see `rdma link show`)");
-            }
-        }
-        return getLong(listenId + RdmaCore.ID_VERBS);
+    FfmListener listener() {
+        return listener;
     }
 
-    private long createId() throws Throwable {
+    /** The cm lock (see above): taken before the listener's own. */
+    ReentrantLock lock() {
+        return cmLock;
+    }
+
+    /** A new rdma_cm id on this device's event channel. */
+    long createId() throws Throwable {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment idOut = a.allocate(ADDRESS);
             FfmDevice.check(core, (int) core.createId.invokeExact(state(), eventChannel, idOut, MemorySegment.NULL,
@@ -104,39 +85,45 @@ final class FfmConnectionManager {
     }
 
     /**
-     * Listens on the bound id.
-     *
-     * @return the address and port the listener is on
+     * A client queue pair connected to {@code target} from {@code from}, within {@code timeoutMs}; see
+     * {@link VerbsDevice#connect}. Holds {@code lifecycle} (the device's read lock) while it uses the event
+     * channel.
      */
-    InetSocketAddress listen(InetSocketAddress bind) throws Throwable {
-        for (int attempt = 1; (int) core.listen.invokeExact(state(), RdmaCore.at(listenId), 256) != 0; attempt++) {
-            int errno = RdmaCore.lastErrno();
-            if (errno != EADDRINUSE || bind.getPort() != 0 || attempt == LISTEN_ATTEMPTS) {
-                throw new TransportException("verbs: rdma_listen on " + bind.getHostString() + " failed: "
-                        + core.describe(errno) + (errno == EADDRINUSE && bind.getPort() == 0 ? " on " + attempt
-                        + " ports rdma_cm chose (on iWARP each is also a TCP port of the host)" : ""));
+    QueuePair connect(InetSocketAddress from, InetSocketAddress target, long timeoutMs, byte[] privateData,
+                      Lock lifecycle) throws IOException {
+        FfmQueuePair qp = new FfmQueuePair(device, false, null);
+        qp.privateData(privateData);
+        IOException failed = null;
+        lifecycle.lock();
+        try (Arena a = Arena.ofConfined()) {
+            if (device.closed()) {
+                throw new IOException("rdma_cm connect to " + target + " failed: the node is closing");
             }
-            // iWARP listens on a TCP port of the host, while rdma_cm picks ports from its own space: the
-            // one it chose can belong to a TCP socket. Another id gets another port.
-            LOG.debug("verbs: rdma_cm port on {} is in use as a TCP port; listening on another", bind);
-            long taken = listenId;
-            listenId = createId();
-            FfmDevice.call(() -> {
-                int r = (int) core.destroyId.invokeExact(RdmaCore.at(taken));
-            });
-            try (Arena a = Arena.ofConfined()) {
-                if ((int) core.bindAddr.invokeExact(state(), RdmaCore.at(listenId),
-                        SocketAddresses.sockaddr(a, bind)) != 0) {
-                    throw new TransportException("verbs: cannot listen with rdma_cm on " + bind.getHostString()
-                            + ": " + core.lastError());
-                }
+            MemorySegment idOut = a.allocate(ADDRESS);
+            int rc = (int) core.createId.invokeExact(state(), eventChannel, idOut, MemorySegment.NULL,
+                    RdmaCore.RDMA_PS_TCP);
+            if (rc != 0) {
+                throw new IOException("rdma_cm connect to " + target + " failed: rdma_create_id: " + core.lastError());
             }
+            long id = idOut.get(ADDRESS, 0).address();
+            qp.start(id);
+            queuePairs.add(id, qp);
+            qp.resolve(SocketAddresses.sockaddr(a, from), SocketAddresses.sockaddr(a, target),
+                    (int) Math.min(Integer.MAX_VALUE, timeoutMs));
+        } catch (IOException e) {
+            failed = e.getMessage() != null && e.getMessage().startsWith("rdma_cm") ? e
+                    : new IOException("rdma_cm connect to " + target + " failed: " + e.getMessage(), e);
+        } catch (Throwable t) {
+            failed = new IOException("rdma_cm connect to " + target + " failed: " + t, t);
+        } finally {
+            lifecycle.unlock();
         }
-        InetSocketAddress local = SocketAddresses.read(listenId + RdmaCore.ID_SRC_ADDR);
-        if (local == null || local.getPort() <= 0) {
-            throw new TransportException("verbs: rdma_cm listener reports no port");
+        if (failed != null) {
+            qp.closeQuietly();
+            throw failed;
         }
-        return local;
+        qp.awaitConnected(target, timeoutMs);
+        return qp;
     }
 
     /** Starts the connection-manager thread; {@code ports} learn of DEVICE_REMOVAL and disconnects. */
@@ -149,24 +136,6 @@ final class FfmConnectionManager {
 
     Thread thread() {
         return thread;
-    }
-
-    void destroyListener() {
-        cmLock.lock(); // before listenerLock, as the cm thread takes them
-        try {
-            synchronized (listenerLock) {
-                accepting = false;
-                if (listenId != 0) {
-                    long id = listenId;
-                    listenId = 0;
-                    FfmDevice.call(() -> {
-                        int r = (int) core.destroyId.invokeExact(RdmaCore.at(id));
-                    });
-                }
-            }
-        } finally {
-            cmLock.unlock();
-        }
     }
 
     /** close() gave up on a thread that did not stop: every native resource is left alone from now on. */
@@ -259,7 +228,7 @@ final class FfmConnectionManager {
             byte[] privateData = type == RdmaCore.EV_CONNECT_REQUEST ? privateData(ev) : null; // gone once acked
             int ignored = (int) core.ackCmEvent.invokeExact(RdmaCore.at(ev));
             if (type == RdmaCore.EV_CONNECT_REQUEST) {
-                onConnectRequest(id, privateData);
+                listener.onConnectRequest(id, privateData);
             } else {
                 onEvent(id, type, status);
             }
@@ -292,67 +261,5 @@ final class FfmConnectionManager {
         if (qp != null) {
             qp.onCmEvent(type, status);
         }
-    }
-
-    /**
-     * A peer asks to connect: admitted queue pairs ({@link VerbsNode#admitQueuePair}: the caps, and with
-     * authentication on the proof its request carries) are created and accepted; others are rejected
-     * before any queue pair exists.
-     */
-    private void onConnectRequest(long id, byte[] privateData) {
-        InetSocketAddress from = SocketAddresses.read(id + RdmaCore.ID_DST_ADDR);
-        AcceptedQueuePairs.Entry entry = null;
-        synchronized (listenerLock) {
-            boolean flooded = queuePairs.pendingAccepts() >= MAX_PENDING_ACCEPTS;
-            if (flooded && refusedFloods++ % 1000 == 0) {
-                LOG.warn("verbs: {} queue pairs accepted on {} have not connected yet; refusing connect requests "
-                        + "(from {}, {} so far) until they connect or time out", MAX_PENDING_ACCEPTS, device.name(),
-                        from, refusedFloods);
-            }
-            if (!flooded && accepting) {
-                entry = node.admitQueuePair(from, privateData);
-            }
-            if (entry == null) {
-                FfmDevice.call(() -> {
-                    int r = (int) core.reject.invokeExact(RdmaCore.at(id), MemorySegment.NULL, (byte) 0);
-                    r = (int) core.destroyId.invokeExact(RdmaCore.at(id));
-                });
-                return;
-            }
-        }
-        FfmQueuePair qp = new FfmQueuePair(device, true, entry);
-        qp.start(id);
-        queuePairs.add(id, qp);
-        try {
-            qp.accept();
-        } catch (IOException e) {
-            node.noteAbortedAccept(e.getMessage());
-            qp.closeQuietly();
-            return;
-        }
-        long timeoutMs = node.connectTimeoutMs();
-        try {
-            node.schedule(() -> qp.abortAccept("no connection within " + timeoutMs + " ms"), timeoutMs);
-        } catch (RejectedExecutionException e) {
-            qp.closeQuietly(); // the node is closing
-        }
-    }
-
-    /** An accepted queue pair went away: closed off the connection-manager thread. */
-    void acceptedGone(FfmQueuePair qp) {
-        if (queuePairs.removeAccepted(qp) || !device.closed()) {
-            node.execute(qp::closeQuietly);
-        }
-    }
-
-    /** On the cm thread: an accepted queue pair is connected (unless it went away before). */
-    void acceptedEstablished(FfmQueuePair qp) {
-        AcceptedQueuePairs.Entry e = qp.entry();
-        if (e != null && !e.connected(() -> node.execute(qp::closeQuietly), System.nanoTime())) {
-            node.execute(qp::closeQuietly);
-            return;
-        }
-        queuePairs.established(qp);
-        node.acceptedQueuePair();
     }
 }

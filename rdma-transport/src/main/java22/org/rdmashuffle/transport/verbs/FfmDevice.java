@@ -1,6 +1,5 @@
 package org.rdmashuffle.transport.verbs;
 
-import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_BYTE;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static org.rdmashuffle.transport.verbs.RdmaCore.getInt;
@@ -22,10 +21,11 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The verbs device reached through {@code java.lang.foreign} ({@link RdmaCore}): an rdma_cm event
- * channel and listener with their own thread ({@link FfmConnectionManager}), the protection domain
- * ({@link FfmMemory}) and one completion queue (with a completion channel) on the listener's device,
- * polled by the completion thread ({@link FfmCompletions}), and the queue pairs of both
- * ({@link FfmQueuePairs}). This class opens and releases them, in reverse order.
+ * channel with its own thread ({@link FfmConnectionManager}) and a listener ({@link FfmListener}), the
+ * protection domain ({@link FfmMemory}) and one completion queue (with a completion channel) on the
+ * listener's device, polled by the completion thread ({@link FfmCompletions}), the queue pairs of both
+ * ({@link FfmQueuePairs}), and the device's port states ({@link LocalPorts}: whose failure a failure is).
+ * This class opens them, and releases them in reverse order.
  */
 final class FfmDevice implements VerbsDevice {
     private static final Logger LOG = LoggerFactory.getLogger(FfmDevice.class);
@@ -36,7 +36,6 @@ final class FfmDevice implements VerbsDevice {
     private final Deque<Runnable> release = new ArrayDeque<>();
     private final int eventTimeoutMs;
     final int credits;
-    private final MemorySegment eventChannel;
     /** Read side: a connect or registration in progress; write side: close, which frees what they use. */
     private final ReentrantReadWriteLock lifecycle = new ReentrantReadWriteLock();
     final long context;
@@ -63,7 +62,7 @@ final class FfmDevice implements VerbsDevice {
         this.credits = credits;
         this.eventTimeoutMs = eventTimeoutMs;
         try {
-            eventChannel = (MemorySegment) core.createEventChannel.invokeExact(state());
+            MemorySegment eventChannel = (MemorySegment) core.createEventChannel.invokeExact(state());
             if (eventChannel.equals(MemorySegment.NULL)) {
                 throw new TransportException("verbs: rdma_create_event_channel failed: " + core.lastError()
                         + " (is rdma_ucm loaded? /dev/infiniband/rdma_cm must exist)");
@@ -74,8 +73,8 @@ final class FfmDevice implements VerbsDevice {
             int eventFd = getInt(eventChannel.address() + RdmaCore.EVENT_CHANNEL_FD);
             nonBlocking(eventFd);
             cm = new FfmConnectionManager(this, arena, this.queuePairs, eventChannel, eventFd, eventTimeoutMs);
-            release.push(cm::destroyListener);
-            context = cm.bind(bind);
+            release.push(cm.listener()::destroy);
+            context = cm.listener().bind(bind);
             if (context == 0) {
                 throw new TransportException("verbs: no RDMA device serves " + bind.getHostString()
                         + " (rdma_cm bound no device; bind to the address of an RDMA-capable interface)");
@@ -103,7 +102,7 @@ final class FfmDevice implements VerbsDevice {
                     attr.get(JAVA_INT, RdmaCore.DA_MAX_QP_RD_ATOM)));
             initiatorDepth = Math.max(1, Math.min(queuePairs.readDepth(),
                     attr.get(JAVA_INT, RdmaCore.DA_MAX_QP_INIT_RD_ATOM)));
-            InetSocketAddress local = cm.listen(bind);
+            InetSocketAddress local = cm.listener().listen(bind);
             address = local.getAddress();
             port = local.getPort();
             pd = (MemorySegment) core.allocPd.invokeExact(state(), RdmaCore.at(context));
@@ -271,39 +270,7 @@ final class FfmDevice implements VerbsDevice {
 
     @Override
     public QueuePair connect(InetSocketAddress target, long timeoutMs, byte[] privateData) throws IOException {
-        FfmQueuePair qp = new FfmQueuePair(this, false, null);
-        qp.privateData(privateData);
-        IOException failed = null;
-        lifecycle.readLock().lock();
-        try (Arena a = Arena.ofConfined()) {
-            if (closed) {
-                throw new IOException("rdma_cm connect to " + target + " failed: the node is closing");
-            }
-            MemorySegment idOut = a.allocate(ADDRESS);
-            int rc = (int) core.createId.invokeExact(state(), eventChannel, idOut, MemorySegment.NULL,
-                    RdmaCore.RDMA_PS_TCP);
-            if (rc != 0) {
-                throw new IOException("rdma_cm connect to " + target + " failed: rdma_create_id: " + core.lastError());
-            }
-            long id = idOut.get(ADDRESS, 0).address();
-            qp.start(id);
-            queuePairs.add(id, qp);
-            qp.resolve(SocketAddresses.sockaddr(a, new InetSocketAddress(address, 0)), SocketAddresses.sockaddr(a, target),
-                    (int) Math.min(Integer.MAX_VALUE, timeoutMs));
-        } catch (IOException e) {
-            failed = e.getMessage() != null && e.getMessage().startsWith("rdma_cm") ? e
-                    : new IOException("rdma_cm connect to " + target + " failed: " + e.getMessage(), e);
-        } catch (Throwable t) {
-            failed = new IOException("rdma_cm connect to " + target + " failed: " + t, t);
-        } finally {
-            lifecycle.readLock().unlock();
-        }
-        if (failed != null) {
-            qp.closeQuietly();
-            throw failed;
-        }
-        qp.awaitConnected(target, timeoutMs);
-        return qp;
+        return cm.connect(new InetSocketAddress(address, 0), target, timeoutMs, privateData, lifecycle.readLock());
     }
 
     /** A client queue pair now has a qp_num: its completions reach it from now on. */
@@ -323,12 +290,12 @@ final class FfmDevice implements VerbsDevice {
 
     /** An accepted queue pair went away: closed off the connection-manager thread. */
     void acceptedGone(FfmQueuePair qp) {
-        cm.acceptedGone(qp);
+        cm.listener().acceptedGone(qp);
     }
 
     /** On the cm thread: an accepted queue pair is connected (unless it went away before). */
     void acceptedEstablished(FfmQueuePair qp) {
-        cm.acceptedEstablished(qp);
+        cm.listener().acceptedEstablished(qp);
     }
 
     @Override
@@ -343,7 +310,7 @@ final class FfmDevice implements VerbsDevice {
 
     @Override
     public void closeListener() {
-        cm.destroyListener();
+        cm.listener().destroy();
         for (FfmQueuePair qp : queuePairs.takeAccepted()) {
             qp.closeQuietly();
         }
