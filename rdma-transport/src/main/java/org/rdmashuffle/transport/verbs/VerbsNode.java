@@ -830,7 +830,7 @@ public final class VerbsNode implements RdmaNode {
         }
         return new NodeStats(readsCompleted.sum(), readsFailed.sum(), bytesRead.sum(), 0, 0, 0, regions.size(),
                 registeredBytes.get(), open, readsPosted.sum(), channelsOpened.sum(), reconnects.sum(),
-                queuePairsRefused.sum() + control.stats().connectionsRefused(), kept.count());
+                queuePairsRefused.sum() + control.stats().connectionsRefused(), KeptRegions.count());
     }
 
     private void ensureOpen() throws TransportException {
