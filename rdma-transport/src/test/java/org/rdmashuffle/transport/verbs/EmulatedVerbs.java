@@ -49,8 +49,9 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <p>Tests can also flap the port ({@link Device#flap}: every queue pair of a device fails at once),
  * report a disconnect while READs are still landing ({@link Device#reportDisconnected}), pause or slow
- * the completion thread, and run something just before a connect request goes out
- * ({@link #beforeConnect}).
+ * the completion thread, run something just before a connect request goes out
+ * ({@link #beforeConnect}), make deregistrations fail ({@link #deregisterFails}), and hand completions and
+ * disconnects through the DiSNI path's handler with fake port states ({@link #disniPorts}).
  */
 final class EmulatedVerbs implements VerbsDeviceFactory {
     private static final AtomicInteger PORTS = new AtomicInteger(20_000);
