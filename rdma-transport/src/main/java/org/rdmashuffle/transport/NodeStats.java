@@ -18,11 +18,22 @@ package org.rdmashuffle.transport;
  *     channel that failed or went idle, or a queue pair replaced after an error)
  * @param connectionsRefused connections from peers this node refused (past a limit, failed handshake or
  *     authentication, queue pairs no authenticated peer announced)
+ * @param regionsLeaked regions of this process whose deregistration failed: their memory is kept (mapped,
+ *     reachable) for good, since the device may still write into it or serve it, and the node that held
+ *     each has failed (verbs only; counted for the process, so a node started after a failed one shows them)
  */
 public record NodeStats(long readsCompleted, long readsFailed, long bytesRead, long readsServed, long readsRefused,
                         long bytesServed, int registeredRegions, long registeredBytes, int openChannels,
-                        long readsPosted, long channelsOpened, long reconnects, long connectionsRefused)
+                        long readsPosted, long channelsOpened, long reconnects, long connectionsRefused,
+                        long regionsLeaked)
         implements java.io.Serializable {
     private static final long serialVersionUID = 1L;
 
+    /** Counters of a node that never leaks a region (its deregistration cannot fail: tcp). */
+    public NodeStats(long readsCompleted, long readsFailed, long bytesRead, long readsServed, long readsRefused,
+                     long bytesServed, int registeredRegions, long registeredBytes, int openChannels,
+                     long readsPosted, long channelsOpened, long reconnects, long connectionsRefused) {
+        this(readsCompleted, readsFailed, bytesRead, readsServed, readsRefused, bytesServed, registeredRegions,
+                registeredBytes, openChannels, readsPosted, channelsOpened, reconnects, connectionsRefused, 0);
+    }
 }

@@ -38,6 +38,7 @@ final class DisniDevice implements VerbsDevice {
     private final InetAddress address;
     private final Thread acceptor;
     private final Set<VerbsEndpoint> accepted = ConcurrentHashMap.newKeySet();
+    private final DisniEvents events;
     private volatile boolean closed;
 
     /**
@@ -90,6 +91,7 @@ final class DisniDevice implements VerbsDevice {
             }
             this.pd = p;
             this.name = deviceName(p);
+            this.events = new DisniEvents(node, name, LocalPorts.sysfs(name));
             this.port = portOf(l.getSrcAddr());
             this.address = ((InetSocketAddress) l.getSrcAddr()).getAddress();
             this.group = g;
@@ -142,6 +144,14 @@ final class DisniDevice implements VerbsDevice {
         } catch (Exception e) {
             LOG.debug("closing DiSNI endpoint group", e);
         }
+    }
+
+    /**
+     * What its endpoints do with the completions and events DiSNI hands them (set before any endpoint can
+     * have one: the listener's port is published only once this device is open).
+     */
+    DisniEvents events() {
+        return events;
     }
 
     @Override
@@ -261,6 +271,11 @@ final class DisniDevice implements VerbsDevice {
         if (ep.recordGone() && !closed && accepted.remove(ep)) {
             node.execute(ep::closeQuietly);
         }
+    }
+
+    @Override
+    public void checkPorts() {
+        events.checkPorts();
     }
 
     @Override

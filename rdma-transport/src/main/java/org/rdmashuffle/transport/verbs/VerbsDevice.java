@@ -69,7 +69,14 @@ interface VerbsDevice {
         r.run();
     }
 
-    /** Stops accepting and closes every accepted queue pair (peers can no longer READ). */
+    /**
+     * Records the node's own failure when the device's ports are down ({@link LocalPorts}); called on the
+     * node's timer, so that READs that time out without a completion are not blamed on the peer either.
+     */
+    default void checkPorts() {
+    }
+
+        /** Stops accepting and closes every accepted queue pair (peers can no longer READ). */
     void closeListener();
 
     /** Releases the rest: threads, completion queue, protection domain. Regions are closed before. */

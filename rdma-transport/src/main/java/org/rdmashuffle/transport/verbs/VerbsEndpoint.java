@@ -241,10 +241,7 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
     /** Runs on DiSNI's completion thread; {@code wc} is reused by DiSNI, so only its fields are passed on. */
     @Override
     public void dispatchCqEvent(IbvWC wc) {
-        VerbsChannel c = channel;
-        if (c != null) {
-            c.onCompletion(this, wc.getWr_id(), wc.getStatus());
-        }
+        device.events().onCompletion(channel, this, wc.getWr_id(), wc.getStatus());
     }
 
     @Override
@@ -264,9 +261,12 @@ final class VerbsEndpoint extends RdmaActiveEndpoint implements QueuePair {
         } else if (t == DISCONNECTED || t == DEVICE_REMOVAL) {
             abortConnect("disconnected");
             if (serverSide) {
+                if (t == DEVICE_REMOVAL) {
+                    device.events().onDeviceRemoved();
+                }
                 device.acceptedDisconnected(this);
             } else {
-                node.queuePairDisconnected(this);
+                device.events().onDisconnected(this, t == DEVICE_REMOVAL);
             }
         }
     }

@@ -115,6 +115,7 @@ public final class VerbsNode implements RdmaNode {
     private final InetAddress rdmaAddress;
     private final Set<InetAddress> refusedFrom = ConcurrentHashMap.newKeySet();
     private final LongAdder queuePairsRefused = new LongAdder();
+    private final KeptRegions kept = new KeptRegions();
 
     public VerbsNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         this(conf, options, VerbsApis.choose(conf.verbsApi()));
@@ -682,6 +683,7 @@ public final class VerbsNode implements RdmaNode {
     }
 
     private void checkTimeouts() {
+        verbs.checkPorts(); // before any channel times out: a local link failure is this node's, not a peer's
         long now = System.nanoTime();
         long idleNanos = TimeUnit.MILLISECONDS.toNanos(conf.idleTimeoutMs());
         for (VerbsChannel c : channels.all()) {
@@ -798,6 +800,12 @@ public final class VerbsNode implements RdmaNode {
         registeredBytes.addAndGet(-r.length);
     }
 
+    /** {@code r}'s deregistration failed: it is kept for good, and this node fails (to the engine's path). */
+    void deregistrationFailed(VerbsRegion r, Exception why) {
+        kept.keep(r, why, address);
+        deviceFailed("deregistering a region failed (" + why.getMessage() + "); its memory is kept");
+    }
+
     @Override
     public Registrar sinkRegistrar() {
         return memory -> {
@@ -822,7 +830,7 @@ public final class VerbsNode implements RdmaNode {
         }
         return new NodeStats(readsCompleted.sum(), readsFailed.sum(), bytesRead.sum(), 0, 0, 0, regions.size(),
                 registeredBytes.get(), open, readsPosted.sum(), channelsOpened.sum(), reconnects.sum(),
-                queuePairsRefused.sum() + control.stats().connectionsRefused());
+                queuePairsRefused.sum() + control.stats().connectionsRefused(), KeptRegions.count());
     }
 
     private void ensureOpen() throws TransportException {

@@ -6,17 +6,15 @@ import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.RegionAccess;
 import org.rdmashuffle.transport.RegionDescriptor;
 import org.rdmashuffle.transport.Mappings;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
  * A memory region registered with the device. Its descriptor publishes the region's virtual address
  * and its rkey (never the lkey, which only local work requests use). Closing deregisters it; memory
- * the node mapped itself is unmapped after the device has let go of it.
+ * the node mapped itself is unmapped after the device has let go of it. When the deregistration fails,
+ * nothing is unmapped or let go: the region is kept for good and its node fails
+ * ({@link VerbsNode#deregistrationFailed}).
  */
 final class VerbsRegion implements MemoryRegion {
-    private static final Logger LOG = LoggerFactory.getLogger(VerbsRegion.class);
-
     final VerbsNode node;
     final long address;
     final int length;
@@ -91,7 +89,10 @@ final class VerbsRegion implements MemoryRegion {
         try {
             mr.deregister();
         } catch (Exception e) {
-            LOG.warn("deregistering {} failed", this, e);
+            // Still registered, maybe: the NIC could write into or serve this memory. It stays mapped and
+            // reachable for good (KeptRegions), and the node fails.
+            node.deregistrationFailed(this, e);
+            return;
         }
         if (ownsMapping) {
             Mappings.unmap(memory);

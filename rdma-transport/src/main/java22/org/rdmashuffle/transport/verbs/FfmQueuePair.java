@@ -218,7 +218,7 @@ final class FfmQueuePair implements QueuePair {
                     }
                     case RdmaCore.EV_ESTABLISHED:
                         established = true;
-                        local = FfmDevice.readSockaddr(id + RdmaCore.ID_SRC_ADDR);
+                        local = SocketAddresses.read(id + RdmaCore.ID_SRC_ADDR);
                         connected.complete(null);
                         break;
                     case RdmaCore.EV_DISCONNECTED:

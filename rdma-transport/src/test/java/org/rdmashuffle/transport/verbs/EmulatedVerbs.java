@@ -49,8 +49,9 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <p>Tests can also flap the port ({@link Device#flap}: every queue pair of a device fails at once),
  * report a disconnect while READs are still landing ({@link Device#reportDisconnected}), pause or slow
- * the completion thread, and run something just before a connect request goes out
- * ({@link #beforeConnect}).
+ * the completion thread, run something just before a connect request goes out
+ * ({@link #beforeConnect}), make deregistrations fail ({@link #deregisterFails}), and hand completions and
+ * disconnects through the DiSNI path's handler with fake port states ({@link #disniPorts}).
  */
 final class EmulatedVerbs implements VerbsDeviceFactory {
     private static final AtomicInteger PORTS = new AtomicInteger(20_000);
@@ -78,6 +79,14 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
     volatile long destroyDelayMs;
     /** Whether destroying a queue pair fails (it may be alive: nothing it holds goes back). */
     volatile boolean destroyFails;
+    /**
+     * Whether deregistering memory fails (ibv_dereg_mr returning an error): the registration is then left
+     * as it was on the NIC, and the emulator keeps no reference to its memory (on a real NIC nothing in the
+     * JVM would), so a test sees whether the provider keeps that memory itself. Counted in {@link #deregFailures}.
+     */
+    volatile boolean deregisterFails;
+    /** Deregistrations that failed because {@link #deregisterFails} was set. */
+    final AtomicInteger deregFailures = new AtomicInteger();
     /** Whether a second closeQuietly waits for the first one's destroy. */
     volatile boolean closeWaits = true;
     /** Whether connect requests carry private data to the listener (java.lang.foreign: yes; DiSNI: no). */
@@ -90,6 +99,12 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
     volatile int pollBatch = 32;
     /** While set and not counted down, no READ lands (they wait on the wire, in order). */
     volatile java.util.concurrent.CountDownLatch landingGate;
+    /**
+     * When set when a device opens: its completions and its client queue pairs' disconnects go through the
+     * DiSNI path's handler ({@link DisniEvents}, as {@link VerbsEndpoint} hands them on), with these as the
+     * states of the device's ports.
+     */
+    volatile PortStates disniPorts;
     /** Runs once, in the next connect, before its request reaches the listener. */
     volatile Runnable beforeConnect;
 
@@ -144,6 +159,8 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
         private final ScheduledExecutorService wire;
         private final ExecutorService cm;
         private final Thread poller;
+        /** The DiSNI path's handler ({@link #disniPorts}), or null: completions go to the channel directly. */
+        private final DisniEvents disni;
         // The completion queue: {qp number, wr_id, status}; guarded by cqLock.
         private final Object cqLock = new Object();
         private final ArrayDeque<long[]> cq = new ArrayDeque<>();
@@ -158,6 +175,8 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
             this.cqCapacity = cqCapacity;
             this.wire = Executors.newSingleThreadScheduledExecutor(daemon("emulated-verbs-wire-" + port));
             this.cm = Executors.newSingleThreadExecutor(daemon("emulated-verbs-cm-" + port));
+            PortStates ports = disniPorts;
+            this.disni = ports == null ? null : new DisniEvents(node, ports);
             this.poller = new Thread(this::poll, "emulated-verbs-cq-" + port);
             poller.setDaemon(true);
             poller.start();
@@ -239,6 +258,10 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
             return qp;
         }
 
+        EmulatedVerbs factory() {
+            return EmulatedVerbs.this;
+        }
+
         /** Client queue pairs of this device that are not destroyed. */
         List<QueuePair> queuePairs() {
             return new ArrayList<>(byNumber.values());
@@ -261,7 +284,16 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
          * still on their way: they keep landing until the queue pair is destroyed).
          */
         void reportDisconnected(QueuePair qp) {
-            cm.execute(() -> node.queuePairDisconnected(qp));
+            cm.execute(() -> disconnected(qp));
+        }
+
+        /** A client queue pair disconnected: its node hears of it (through the DiSNI path's handler when set). */
+        private void disconnected(QueuePair qp) {
+            if (disni != null) {
+                disni.onDisconnected(qp, false);
+            } else {
+                node.queuePairDisconnected(qp);
+            }
         }
 
         /** How many completions wait in the completion queue now. */
@@ -321,7 +353,9 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
                     }
                     Qp qp = byNumber.get((int) wc[0]);
                     VerbsChannel c = qp == null ? null : qp.channel;
-                    if (c != null) {
+                    if (disni != null) {
+                        disni.onCompletion(c, qp, wc[1], (int) wc[2]);
+                    } else if (c != null) {
                         c.onCompletion(qp, wc[1], (int) wc[2]);
                     }
                     synchronized (cqLock) {
@@ -407,8 +441,12 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
         }
 
         @Override
-        public void deregister() {
+        public void deregister() throws IOException {
             device.byKey.remove(key, this);
+            if (device.factory().deregisterFails) {
+                device.factory().deregFailures.incrementAndGet();
+                throw new IOException("ibv_dereg_mr failed: Device or resource busy (emulated)");
+            }
         }
 
         /** Whether [addr, addr + len) lies in this registration. */
@@ -562,7 +600,7 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
                 flushPending();
             }
             try {
-                device.cm.execute(() -> device.node.queuePairDisconnected(this));
+                device.cm.execute(() -> device.disconnected(this));
             } catch (java.util.concurrent.RejectedExecutionException e) {
                 // its node is closed already (a queue pair it could not destroy outlived it): nobody to tell
             }

@@ -50,6 +50,7 @@ final class RdmaShuffleSource implements Source {
         // Registered memory: served map outputs and output tables, and the receive pool.
         gauge("registrations.regions", s -> s.node().registeredRegions());
         gauge("registrations.bytes", s -> s.node().registeredBytes());
+        gauge("registrations.regionsLeaked", s -> s.node().regionsLeaked());
         gauge("registrations.outputBytes", s -> s.registeredOutputBytes());
         gauge("registrations.shuffles", s -> s.shuffles().size());
         gauge("registrations.outputsLeftToSpark", s -> s.unregisteredOutputs());
