@@ -6,7 +6,7 @@ import java.util.List;
 import org.apache.spark.network.buffer.ManagedBuffer;
 import org.apache.spark.shuffle.ShuffleBlockResolver;
 import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
-import org.rdmashuffle.shuffle.core.FetchFailure;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import scala.Option;

@@ -16,8 +16,8 @@ import org.apache.spark.storage.BlockManagerId;
 import org.apache.spark.storage.ShuffleBlockId;
 import org.apache.spark.util.collection.ExternalSorter;
 import org.rdmashuffle.conf.RdmaShuffleConf;
-import org.rdmashuffle.shuffle.core.FetchFailure;
-import org.rdmashuffle.shuffle.core.PeerDirectory;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
+import org.rdmashuffle.shuffle.core.directory.PeerDirectory;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RegionDescriptor;
 import org.rdmashuffle.transport.TransportException;
@@ -133,7 +133,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                             + "service serves its files, but fallback=never keeps readers off Spark's path)"
                             : " and no external shuffle service serves its files"), null));
                 }
-                rt.reads.noteSparkPath(bm.executorId(), why + "; the external shuffle service serves its files", true);
+                rt.reads.noteEnginePath(bm.executorId(), why + "; the external shuffle service serves its files", true);
                 viaSpark.put(bm, BlockOrigin.tracked(blocks));
                 continue;
             }
@@ -152,7 +152,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 if (never) {
                     throw failures.fetchFailed(blocks.get(0), new FetchFailure(null, why + " (fallback=never)", null));
                 }
-                rt.reads.noteSparkPath(bm.executorId(), why);
+                rt.reads.noteEnginePath(bm.executorId(), why);
                 viaSpark.put(bm, BlockOrigin.tracked(blocks));
                 continue;
             }
@@ -171,12 +171,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 }
                 String withdrawn = never ? null : FetchFailures.nodeWithdrawn(rt, bm.executorId(), peer, found.incarnation());
                 if (withdrawn != null) {
-                    rt.reads.noteSparkPath(bm.executorId(), withdrawn);
+                    rt.reads.noteEnginePath(bm.executorId(), withdrawn);
                     viaSpark.put(bm, BlockOrigin.tracked(blocks));
                     continue;
                 }
                 if (ess && !never) { // gone, or going: the external shuffle service serves its files
-                    rt.reads.noteSparkPath(bm.executorId(), "its node cannot be reached (" + e.getMessage() + "); the "
+                    rt.reads.noteEnginePath(bm.executorId(), "its node cannot be reached (" + e.getMessage() + "); the "
                             + "external shuffle service serves its files", true);
                     viaSpark.put(bm, BlockOrigin.tracked(blocks));
                     continue;
@@ -189,7 +189,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 if (never) {
                     throw failures.fetchFailed(blocks.get(0), new FetchFailure(null, why + " (fallback=never)", null));
                 }
-                rt.reads.noteSparkPath(bm.executorId(), why);
+                rt.reads.noteEnginePath(bm.executorId(), why);
                 viaSpark.put(bm, BlockOrigin.tracked(blocks));
                 continue;
             }

@@ -1,6 +1,5 @@
 package org.rdmashuffle.shuffle;
 
-import org.rdmashuffle.shuffle.core.*;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
@@ -18,6 +17,8 @@ import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
 import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
 import org.apache.spark.storage.ShuffleBlockFetcherIterator;
+import org.rdmashuffle.shuffle.core.fetch.ByteBufferInputStream;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
 import scala.Option;
 import scala.Tuple3;
 import scala.math.Ordering;
