@@ -8,8 +8,8 @@ import org.rdmashuffle.transport.RegionDescriptor;
 /**
  * The shuffle's control message between executors, carried by
  * {@link org.rdmashuffle.transport.RdmaChannel#call}: a reducer asks a serving executor, once per
- * shuffle, for the descriptor of its output table. (Executors find each other's nodes through the
- * driver's {@link NodeDirectory}.) Data never travels this way.
+ * shuffle, for the descriptor of its output table. (Processes find each other's nodes through the engine's
+ * directory, {@code directory.PeerDirectory}.) Data never travels this way.
  *
  * <p>Request: {@code type u8} then its fields; reply: {@code status u8} (0 found, 1 not found) then
  * the answer.
