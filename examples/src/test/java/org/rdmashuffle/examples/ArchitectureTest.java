@@ -113,8 +113,8 @@ class ArchitectureTest {
     @Test
     void shouldKeepTheAdaptersApartWhenEitherUsesTheCore() {
         noClasses().that().resideInAPackage(SPARK_ADAPTER)
-                .should().dependOnClassesThat().resideInAnyPackage(MAPREDUCE_ADAPTER + "..", "org.apache.hadoop.mapred..",
-                        "org.apache.hadoop.mapreduce..")
+                .should().dependOnClassesThat().resideInAnyPackage(MAPREDUCE_ADAPTER + "..",
+                        "org.apache.hadoop.mapred..", "org.apache.hadoop.mapreduce..")
                 .check(classes);
         noClasses().that().resideInAPackage(MAPREDUCE_ADAPTER + "..")
                 .should().dependOnClassesThat().resideInAnyPackage(SPARK_ADAPTER, "org.apache.spark..", "scala..")

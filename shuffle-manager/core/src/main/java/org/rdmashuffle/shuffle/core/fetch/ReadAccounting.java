@@ -73,7 +73,7 @@ public final class ReadAccounting {
     public void addMetadataReadsAgain(long n) {
         if (n > 0) {
             metadataReadsAgain.add(n);
-            LOG.info("rdma-shuffle: {} metadata window(s) READ again on {} because what landed did not make "
+            LOG.info("rdma-shuffle: {} metadata window(s) READ again in process {} because what landed did not make "
                     + "sense (fetch.metadataReadsAgain)", n, id);
         }
     }
@@ -87,12 +87,12 @@ public final class ReadAccounting {
     public void noteEnginePath(String peerId, String why, boolean expected) {
         if (enginePathPeers.add(peerId)) {
             if (expected) {
-                LOG.info("reading shuffle blocks of {} through the engine's own shuffle path: {}", peerId, why);
+                LOG.info("reading shuffle blocks of peer {} through the engine's own shuffle path: {}", peerId, why);
             } else {
-                LOG.warn("reading shuffle blocks of {} through the engine's own shuffle path: {}", peerId, why);
+                LOG.warn("reading shuffle blocks of peer {} through the engine's own shuffle path: {}", peerId, why);
             }
         } else {
-            LOG.debug("reading shuffle blocks of {} through the engine's own shuffle path: {}", peerId, why);
+            LOG.debug("reading shuffle blocks of peer {} through the engine's own shuffle path: {}", peerId, why);
         }
     }
 

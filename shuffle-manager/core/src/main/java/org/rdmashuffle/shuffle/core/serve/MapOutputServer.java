@@ -187,7 +187,7 @@ public final class MapOutputServer implements AutoCloseable {
                 retire();
             }
         } catch (Throwable t) { // a scheduled task that throws is never run again
-            LOG.warn("rdma-shuffle: checking {}'s node failed", id, t);
+            LOG.warn("rdma-shuffle: checking process {}'s node failed", id, t);
         }
     }
 
@@ -205,20 +205,20 @@ public final class MapOutputServer implements AutoCloseable {
         }
         Throwable f = node.failure();
         failureReason = "its RDMA node " + node.localAddress() + " failed: " + (f == null ? "closed" : f.toString());
-        LOG.warn("rdma-shuffle: {}: {}. Its node leaves the directory and closes; this process reads and writes "
+        LOG.warn("rdma-shuffle: process {}: {}. Its node leaves the directory and closes; this process reads and writes "
                 + "through the engine's own shuffle path until a new node starts (when its tasks let go of the "
                 + "old one); readers elsewhere take its blocks through the engine's path, blaming nobody",
                 id, failureReason, f);
         try {
             directory.forget(id);
         } catch (Exception e) {
-            LOG.warn("rdma-shuffle: cannot withdraw {}'s failed node from the directory ({}); "
+            LOG.warn("rdma-shuffle: cannot withdraw process {}'s failed node from the directory ({}); "
                     + "readers whose READs to it fail will blame it", id, e.toString());
         }
         try {
             node.close();
         } catch (RuntimeException e) {
-            LOG.warn("rdma-shuffle: closing {}'s failed node", id, e);
+            LOG.warn("rdma-shuffle: closing process {}'s failed node", id, e);
         }
         retireDone = true;
     }
@@ -433,7 +433,7 @@ public final class MapOutputServer implements AutoCloseable {
         maintenance.shutdownNow();
         try {
             if (!maintenance.awaitTermination(10, TimeUnit.SECONDS)) {
-                LOG.warn("rdma-shuffle: {}'s maintenance thread did not stop within 10 s", id);
+                LOG.warn("rdma-shuffle: process {}'s maintenance thread did not stop within 10 s", id);
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
