@@ -23,9 +23,9 @@ import org.apache.spark.SparkEnv;
 import org.apache.spark.api.java.JavaPairRDD;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.metrics.source.Source;
 import org.apache.spark.scheduler.SparkListener;
 import org.apache.spark.scheduler.SparkListenerTaskEnd;
-import org.rdmashuffle.shuffle.RdmaShuffleManager;
 import scala.Tuple2;
 import scala.jdk.javaapi.CollectionConverters;
 import scala.reflect.ClassTag;
@@ -57,6 +57,10 @@ import scala.reflect.ClassTag$;
 public final class GuestFetchJob {
     private static final String RDMA_MANAGER = "org.rdmashuffle.shuffle.RdmaShuffleManager";
     private static final long TICKS_PER_SECOND = 100;  // USER_HZ on Linux x86-64
+    /** The plugin's source in Spark's metrics system (docs/deploying.md, its gauges). */
+    private static final String METRICS_SOURCE = "rdmaShuffle";
+    /** Longer than the source's snapshot age (200 ms): a gauge read after it counts the job that just ended. */
+    private static final long METRICS_SNAPSHOT_WAIT_MS = 300;
 
     private GuestFetchJob() {
     }
@@ -347,7 +351,12 @@ public final class GuestFetchJob {
         }
     }
 
-    /** The executors' pids and transport counters, one task on each (location preference). */
+    /**
+     * The executors' pids and transport counters, one task on each (location preference). The counters are read
+     * as any Spark application can read them, from the plugin's metrics source in the executor's metrics system
+     * (no class of the plugin's Spark adapter is named here); its gauges read a snapshot of the counters at most
+     * 200 ms old, so the probe waits longer than that before reading (the job it brackets ended before it began).
+     */
     record Probe(long pid, long reads, long bytesRead) implements java.io.Serializable {
     }
 
@@ -358,9 +367,13 @@ public final class GuestFetchJob {
                 SparkEnv env = SparkEnv.get();
                 long reads = 0;
                 long bytes = 0;
-                if (env.shuffleManager() instanceof RdmaShuffleManager m && m.executorStats().isPresent()) {
-                    reads = m.executorStats().get().node().readsCompleted();
-                    bytes = m.executorStats().get().node().bytesRead();
+                scala.collection.Iterator<Source> sources = env.metricsSystem().getSourcesByName(METRICS_SOURCE)
+                        .iterator();
+                if (sources.hasNext()) {
+                    Thread.sleep(METRICS_SNAPSHOT_WAIT_MS);
+                    Map<String, com.codahale.metrics.Gauge> gauges = sources.next().metricRegistry().getGauges();
+                    reads = ((Number) gauges.get("transport.readsCompleted").getValue()).longValue();
+                    bytes = ((Number) gauges.get("transport.bytesRead").getValue()).longValue();
                 }
                 return env.executorId() + "\t" + ProcessHandle.current().pid() + "\t" + reads + "\t" + bytes;
             }).collect();

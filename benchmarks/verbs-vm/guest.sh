@@ -428,12 +428,12 @@ if wants limits; then
     crashed /tmp/limits.log || break
     result "NOTE limits attempt $attempt: the JVM crashed under emulation; running it again"
   done
-  outputs=$(grep -c "left to Spark's own shuffle path" /tmp/limits.log)
+  outputs=$(grep -c "left to the engine's own shuffle path" /tmp/limits.log)
   receive=$(grep -c "cannot get memory for receive buffers" /tmp/limits.log)
   left=$((outputs + receive))
   reads=$(grep -Eo 'verbs node [^ ]+ closed: [0-9]+ READs completed' /tmp/limits.log | grep -Eo '[0-9]+ READs' \
           | grep -Eo '^[0-9]+' | paste -sd+ | bc)
-  grep -m3 "left to Spark's own shuffle path\|cannot get memory for receive buffers" /tmp/limits.log | cut -c1-400
+  grep -m3 "left to the engine's own shuffle path\|cannot get memory for receive buffers" /tmp/limits.log | cut -c1-400
   grep -E 'identical|differ|verbs node .* closed' /tmp/limits.log | tail -5
   if [ $rc = 0 ] && grep -q 'results identical' /tmp/limits.log && [ "$left" -gt 0 ]; then
     result "limits siw PASS (ulimit -l $LIMIT_KB KiB: job exit 0, results identical to sort shuffle; WARN lines: $outputs map outputs left to Spark's path, $receive receive memory refused; ${reads:-0} READs over verbs)"

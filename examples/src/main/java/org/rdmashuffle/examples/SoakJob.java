@@ -21,7 +21,7 @@ import org.apache.spark.SparkConf;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.api.java.JavaPairRDD;
 import org.apache.spark.api.java.JavaSparkContext;
-import org.rdmashuffle.shuffle.core.ProcessResources;
+import org.rdmashuffle.shuffle.core.diagnostics.ProcessResources;
 import org.rdmashuffle.shuffle.RdmaShuffleManager;
 import scala.Tuple2;
 

@@ -69,6 +69,12 @@ public record NodeOptions(String bindHost, String advertisedHost, ControlHandler
         return new NodeOptions(bindHost, advertisedHost, controlHandler, secret, realm, resolver);
     }
 
+    /**
+     * Why options with realms ({@link #usesRealms()}) never open a verbs node: {@link RdmaTransport} reports it
+     * and the verbs node refuses them with it (here, where both may read it without knowing each other).
+     */
+    public static final String REALMS_ON_TCP_ONLY = "realms (a secret per job) are served by the tcp provider only";
+
     /** Whether these options use realms (a realm for outgoing connections, or secrets per realm for accepted ones). */
     public boolean usesRealms() {
         return realm != null || secrets != null;

@@ -15,9 +15,6 @@ public final class RdmaTransport {
     private RdmaTransport() {
     }
 
-    /** Why options with realms ({@link NodeOptions#usesRealms()}) never open a verbs node. */
-    public static final String REALMS_ON_TCP_ONLY = "realms (a secret per job) are served by the tcp provider only";
-
     /**
      * Opens a node. {@code auto} picks verbs where it can run and otherwise tcp, logging one INFO line
      * that names what was missing; {@code verbs} fails with that reason instead. Options with realms
@@ -68,7 +65,7 @@ public final class RdmaTransport {
 
     /** What in {@code options} the verbs provider cannot serve, whatever the machine has; empty when nothing. */
     static Optional<String> verbsCannotServe(NodeOptions options) {
-        return options.usesRealms() ? Optional.of(REALMS_ON_TCP_ONLY) : Optional.empty();
+        return options.usesRealms() ? Optional.of(NodeOptions.REALMS_ON_TCP_ONLY) : Optional.empty();
     }
 
     /**

@@ -36,8 +36,8 @@ class RdmaTransportTest {
         // Decided from the options, before the machine is probed: even where verbs could run, auto picks tcp.
         NodeOptions resolver = NodeOptions.loopback().withSecrets(realm -> null);
         NodeOptions realm = NodeOptions.loopback().withRealm("job_1_0002", new byte[] {1, 2, 3});
-        assertEquals(java.util.Optional.of(RdmaTransport.REALMS_ON_TCP_ONLY), RdmaTransport.verbsCannotServe(resolver));
-        assertEquals(java.util.Optional.of(RdmaTransport.REALMS_ON_TCP_ONLY), RdmaTransport.verbsCannotServe(realm));
+        assertEquals(java.util.Optional.of(NodeOptions.REALMS_ON_TCP_ONLY), RdmaTransport.verbsCannotServe(resolver));
+        assertEquals(java.util.Optional.of(NodeOptions.REALMS_ON_TCP_ONLY), RdmaTransport.verbsCannotServe(realm));
         assertEquals(java.util.Optional.empty(), RdmaTransport.verbsCannotServe(NodeOptions.loopback()));
         assertEquals(java.util.Optional.empty(),
                 RdmaTransport.verbsCannotServe(NodeOptions.loopback().withSecret(new byte[] {1})));

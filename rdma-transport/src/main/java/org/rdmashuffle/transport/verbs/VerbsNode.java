@@ -124,7 +124,7 @@ public final class VerbsNode implements RdmaNode {
     /** With the device reached through {@code choice} (tests: a device emulated in the JVM). */
     VerbsNode(RdmaShuffleConf conf, NodeOptions options, VerbsApis.Choice choice) throws IOException {
         if (options.usesRealms()) {
-            throw new IllegalArgumentException("verbs: " + RdmaTransport.REALMS_ON_TCP_ONLY);
+            throw new IllegalArgumentException("verbs: " + NodeOptions.REALMS_ON_TCP_ONLY);
         }
         this.conf = conf;
         this.userHandler = options.controlHandler();

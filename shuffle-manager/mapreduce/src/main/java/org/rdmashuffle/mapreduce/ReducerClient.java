@@ -11,7 +11,8 @@ import org.apache.hadoop.mapreduce.task.reduce.MapHost;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
 import org.rdmashuffle.pool.BufferPoolOptions;
-import org.rdmashuffle.shuffle.core.BlockFetcher;
+import org.rdmashuffle.shuffle.core.fetch.BlockFetcher;
+import org.rdmashuffle.shuffle.core.serve.MapOutputServer;
 import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
@@ -27,7 +28,7 @@ import org.slf4j.LoggerFactory;
  * WARN. Shared by the task's fetcher threads; each of them has its own {@link BlockFetcher}.
  *
  * <p>Opened in this order: node, pool. Closed node first (its channels stop and complete their READs before the
- * buffers' memory goes), then the pool — as {@link org.rdmashuffle.shuffle.core.MapOutputServer} does.
+ * buffers' memory goes), then the pool — as {@link org.rdmashuffle.shuffle.core.serve.MapOutputServer} does.
  */
 final class ReducerClient implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ReducerClient.class);

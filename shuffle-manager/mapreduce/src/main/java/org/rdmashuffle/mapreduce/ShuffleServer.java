@@ -16,9 +16,9 @@ import org.apache.hadoop.mapreduce.TaskType;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.mapreduce.RegisterProtocol.MapAttempt;
 import org.rdmashuffle.mapreduce.RegisterProtocol.MapState;
-import org.rdmashuffle.shuffle.core.MapOutputServer;
-import org.rdmashuffle.shuffle.core.NoPeerDirectory;
-import org.rdmashuffle.shuffle.core.ShuffleOutputTable;
+import org.rdmashuffle.shuffle.core.serve.MapOutputServer;
+import org.rdmashuffle.shuffle.core.directory.NoPeerDirectory;
+import org.rdmashuffle.shuffle.core.serve.RegisteredOutputTable;
 import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
@@ -158,7 +158,7 @@ final class ShuffleServer implements AutoCloseable {
                         + job.numMaps + " maps and " + job.numReduces + " reduces, not " + r.numMaps() + " and "
                         + r.numReduces());
             }
-            ShuffleOutputTable table;
+            RegisteredOutputTable table;
             try {
                 table = server.table(job.shuffleId, job.numMaps);
             } catch (IOException | RuntimeException e) {

@@ -36,10 +36,10 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.mapreduce.RegisterProtocol.MapAttempt;
-import org.rdmashuffle.shuffle.core.BlockFetcher;
-import org.rdmashuffle.shuffle.core.BlockFetcher.Block;
-import org.rdmashuffle.shuffle.core.BlockFetcher.Request;
-import org.rdmashuffle.shuffle.core.FetchFailure;
+import org.rdmashuffle.shuffle.core.fetch.BlockFetcher;
+import org.rdmashuffle.shuffle.core.fetch.BlockFetcher.Block;
+import org.rdmashuffle.shuffle.core.fetch.BlockFetcher.Request;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RegionDescriptor;
 
@@ -169,7 +169,7 @@ class RdmaShuffleHandlerTest {
         try (BlockFetcher f = client.newFetcher(1)) {
             f.add(new Request(service, table, map, attempt, reduce, reduce + 1));
             try (Block b = f.next()) {
-                assertFalse(b.unregistered(), () -> "left to HTTP: " + b.viaSparkReason());
+                assertFalse(b.unregistered(), () -> "left to HTTP: " + b.viaEngineReason());
                 byte[] bytes = new byte[(int) b.length()];
                 b.bytes().get(bytes);
                 return bytes;

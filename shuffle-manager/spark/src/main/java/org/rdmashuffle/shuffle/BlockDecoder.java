@@ -7,7 +7,7 @@ import java.util.function.Supplier;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.serializer.SerializerInstance;
 import org.apache.spark.serializer.SerializerManager;
-import org.rdmashuffle.shuffle.core.FetchFailure;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
 import org.slf4j.LoggerFactory;
 import scala.Tuple2;
 import scala.collection.Iterator;

@@ -6,11 +6,11 @@ import java.util.List;
 import org.apache.spark.SparkEnv;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPool;
-import org.rdmashuffle.shuffle.core.MapOutputServer;
-import org.rdmashuffle.shuffle.core.OrphanShuffleCheck;
-import org.rdmashuffle.shuffle.core.PeerDirectory;
-import org.rdmashuffle.shuffle.core.ReadAccounting;
-import org.rdmashuffle.shuffle.core.RemoteOutputs;
+import org.rdmashuffle.shuffle.core.serve.MapOutputServer;
+import org.rdmashuffle.shuffle.core.serve.OrphanShuffleCheck;
+import org.rdmashuffle.shuffle.core.directory.PeerDirectory;
+import org.rdmashuffle.shuffle.core.fetch.ReadAccounting;
+import org.rdmashuffle.shuffle.core.directory.RemoteOutputs;
 import org.rdmashuffle.transport.RdmaNode;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -105,7 +105,7 @@ final class ExecutorRuntime implements AutoCloseable {
         return new RdmaShuffleManager.ExecutorStats(executorId, node.stats(), pool.stats(),
                 List.copyOf(server.shufflesWithTable()), server.registeredOutputBytes(), reads.controlBytesRead(),
                 server.unregisteredOutputs(), server.unregisteredOutputBytes(), reads.receiveMemoryFallbacks(),
-                reads.blocksViaSpark(), remote.peersForgotten(), orphans.dropped(), reads.metadataReadsAgain(),
+                reads.blocksViaEngine(), remote.peersForgotten(), orphans.dropped(), reads.metadataReadsAgain(),
                 reads.poolExhaustedFallbacks(), failed() ? 1 : 0, nodeRestarts, reads.hostLocalBlocks());
     }
 

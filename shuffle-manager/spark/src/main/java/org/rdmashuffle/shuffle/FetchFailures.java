@@ -1,7 +1,7 @@
 package org.rdmashuffle.shuffle;
 
-import org.rdmashuffle.shuffle.core.FetchFailure;
-import org.rdmashuffle.shuffle.core.PeerDirectory;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
+import org.rdmashuffle.shuffle.core.directory.PeerDirectory;
 import org.rdmashuffle.transport.NodeAddress;
 
 /**

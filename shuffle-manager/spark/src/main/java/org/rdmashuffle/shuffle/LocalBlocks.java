@@ -6,10 +6,9 @@ import java.util.List;
 import org.apache.spark.network.buffer.ManagedBuffer;
 import org.apache.spark.shuffle.ShuffleBlockResolver;
 import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
-import org.rdmashuffle.shuffle.core.FetchFailure;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
-import scala.Option;
 import scala.Tuple2;
 import scala.collection.Iterator;
 
@@ -60,7 +59,7 @@ final class LocalBlocks implements AutoCloseable {
         org.apache.spark.storage.BlockId id = BlockOrigin.unitId(unit);
         InputStream decoded;
         try {
-            ManagedBuffer data = resolver.getBlockData(id, Option.empty());
+            ManagedBuffer data = SparkInterop.blockData(resolver, id);
             stream = data.createInputStream();
             metrics.incLocalBlocksFetched(1);
             metrics.incLocalBytesRead(data.size());
@@ -73,7 +72,7 @@ final class LocalBlocks implements AutoCloseable {
         return decoder.records(o, stream, decoded, unit.size() > 1
                 ? () -> diagnosis.notDiagnosed(o.blockId(), id + " is a batch; checksums are kept per block")
                 : () -> diagnosis.diagnose(o.address(), o.blockId(),
-                        () -> resolver.getBlockData(o.blockId(), Option.empty()).createInputStream()));
+                        () -> SparkInterop.blockData(resolver, o.blockId()).createInputStream()));
     }
 
     /** Closes the open block's stream, if any. */

@@ -9,14 +9,10 @@ import org.apache.spark.rpc.RpcCallContext;
 import org.apache.spark.rpc.RpcEndpoint;
 import org.apache.spark.rpc.RpcEndpointRef;
 import org.apache.spark.rpc.RpcEnv;
-import org.apache.spark.util.RpcUtils$;
-import org.rdmashuffle.shuffle.core.PeerDirectory;
-import org.rdmashuffle.shuffle.core.PeerDirectory.Found;
+import org.rdmashuffle.shuffle.core.directory.PeerDirectory;
+import org.rdmashuffle.shuffle.core.directory.PeerDirectory.Found;
 import org.rdmashuffle.transport.NodeAddress;
-import scala.Function1;
 import scala.PartialFunction;
-import scala.reflect.ClassTag$;
-import scala.runtime.AbstractPartialFunction;
 import scala.runtime.BoxedUnit;
 
 /**
@@ -194,35 +190,22 @@ public final class NodeDirectory {
 
         @Override
         public PartialFunction<Object, BoxedUnit> receiveAndReply(RpcCallContext context) {
-            return new AbstractPartialFunction<Object, BoxedUnit>() {
-                @Override
-                public boolean isDefinedAt(Object m) {
-                    return m instanceof Register || m instanceof Lookup || m instanceof Forget
-                            || m instanceof RemovedSince || m instanceof GoneShuffles;
-                }
-
-                @Override
-                public <A1, B1> B1 applyOrElse(A1 m, Function1<A1, B1> otherwise) {
-                    if (m instanceof Register r) {
-                        NodeAddress.decode(ByteBuffer.wrap(r.address())); // refuse garbage early
-                        register(r.executorId(), reply(r.address(), r.incarnation()));
-                        context.reply(Boolean.TRUE);
-                    } else if (m instanceof Lookup l) {
-                        context.reply(lookup(l.executorId()));
-                    } else if (m instanceof RemovedSince r) {
-                        context.reply(removedSince(r.from()));
-                    } else if (m instanceof GoneShuffles g) {
-                        context.reply(gone(g.held()));
-                    } else if (m instanceof Forget f) {
-                        context.reply(nodes.remove(f.executorId()) != null);
-                    } else {
-                        return otherwise.apply(m);
-                    }
-                    @SuppressWarnings("unchecked")
-                    B1 unit = (B1) BoxedUnit.UNIT;
-                    return unit;
-                }
-            };
+            return SparkInterop.replies(m -> m instanceof Register || m instanceof Lookup || m instanceof Forget
+                    || m instanceof RemovedSince || m instanceof GoneShuffles, m -> {
+                        if (m instanceof Register r) {
+                            NodeAddress.decode(ByteBuffer.wrap(r.address())); // refuse garbage early
+                            register(r.executorId(), reply(r.address(), r.incarnation()));
+                            context.reply(Boolean.TRUE);
+                        } else if (m instanceof Lookup l) {
+                            context.reply(lookup(l.executorId()));
+                        } else if (m instanceof RemovedSince r) {
+                            context.reply(removedSince(r.from()));
+                        } else if (m instanceof GoneShuffles g) {
+                            context.reply(gone(g.held()));
+                        } else if (m instanceof Forget f) {
+                            context.reply(nodes.remove(f.executorId()) != null);
+                        }
+                    });
         }
     }
 
@@ -240,20 +223,18 @@ public final class NodeDirectory {
         private long removedAskedNanos;
         private static final long REMOVED_REFRESH_NANOS = 1_000_000_000L;
         /** The longest a task waits for the driver about removals; past it, it goes on without the answer. */
-        private static final org.apache.spark.rpc.RpcTimeout REMOVED_TIMEOUT = new org.apache.spark.rpc.RpcTimeout(
-                scala.concurrent.duration.FiniteDuration.apply(5, java.util.concurrent.TimeUnit.SECONDS),
+        private static final org.apache.spark.rpc.RpcTimeout REMOVED_TIMEOUT = SparkInterop.rpcTimeout(5,
                 "rdma-shuffle's removed-executors query (5 s)");
-        private static final org.apache.spark.rpc.RpcTimeout GONE_TIMEOUT = new org.apache.spark.rpc.RpcTimeout(
-                scala.concurrent.duration.FiniteDuration.apply(5, java.util.concurrent.TimeUnit.SECONDS),
+        private static final org.apache.spark.rpc.RpcTimeout GONE_TIMEOUT = SparkInterop.rpcTimeout(5,
                 "rdma-shuffle's cleaned-shuffles query (5 s)");
 
         public Client(SparkConf conf, RpcEnv rpcEnv) {
-            this.driver = RpcUtils$.MODULE$.makeDriverRef(ENDPOINT_NAME, conf, rpcEnv);
+            this.driver = SparkInterop.driverEndpoint(ENDPOINT_NAME, conf, rpcEnv);
         }
 
         @Override
         public void register(String executorId, NodeAddress address, long incarnation) {
-            driver.askSync(new Register(executorId, address.encode(), incarnation), ClassTag$.MODULE$.Any());
+            SparkInterop.ask(driver, new Register(executorId, address.encode(), incarnation));
             cache.put(executorId, new Found(address, false, incarnation));
         }
 
@@ -269,7 +250,7 @@ public final class NodeDirectory {
             if (f != null) {
                 return f;
             }
-            f = parse((byte[]) driver.askSync(new Lookup(executorId), ClassTag$.MODULE$.Any()));
+            f = parse((byte[]) SparkInterop.ask(driver, new Lookup(executorId)));
             if (f.address() != null) {
                 cache.put(executorId, f);
             }
@@ -299,8 +280,7 @@ public final class NodeDirectory {
                 for (;;) {
                     String[] r;
                     try {
-                        r = (String[]) driver.askSync(new RemovedSince(removedSeen), REMOVED_TIMEOUT,
-                                ClassTag$.MODULE$.Any());
+                        r = (String[]) SparkInterop.ask(driver, new RemovedSince(removedSeen), REMOVED_TIMEOUT);
                     } catch (Exception e) { // RpcTimeoutException is checked: catch all; connecting tells later
                         LOG.debug("cannot ask the driver which executors were removed", e);
                         return forgotten;
@@ -341,7 +321,7 @@ public final class NodeDirectory {
             cache.remove(executorId);
             Found f;
             try {
-                f = parse((byte[]) driver.askSync(new Lookup(executorId), REMOVED_TIMEOUT, ClassTag$.MODULE$.Any()));
+                f = parse((byte[]) SparkInterop.ask(driver, new Lookup(executorId), REMOVED_TIMEOUT));
             } catch (Exception e) { // RpcTimeoutException is checked
                 LOG.debug("cannot ask the driver about executor {}'s node", executorId, e);
                 return null;
@@ -360,7 +340,7 @@ public final class NodeDirectory {
             cache.remove(executorId);
             boolean gone;
             try {
-                byte[] enc = (byte[]) driver.askSync(new Lookup(executorId), REMOVED_TIMEOUT, ClassTag$.MODULE$.Any());
+                byte[] enc = (byte[]) SparkInterop.ask(driver, new Lookup(executorId), REMOVED_TIMEOUT);
                 gone = java.util.Arrays.equals(enc, REMOVED);
             } catch (Exception e) { // RpcTimeoutException is checked
                 LOG.debug("cannot ask the driver whether executor {} was removed", executorId, e);
@@ -384,7 +364,7 @@ public final class NodeDirectory {
             for (int from = 0; from < held.length; from += MAX_SHUFFLES_PER_ASK) {
                 int[] batch = java.util.Arrays.copyOfRange(held, from,
                         Math.min(held.length, from + MAX_SHUFFLES_PER_ASK));
-                for (int id : (int[]) driver.askSync(new GoneShuffles(batch), GONE_TIMEOUT, ClassTag$.MODULE$.Any())) {
+                for (int id : (int[]) SparkInterop.ask(driver, new GoneShuffles(batch), GONE_TIMEOUT)) {
                     gone.add(id);
                 }
             }
@@ -406,7 +386,7 @@ public final class NodeDirectory {
         @Override
         public void forget(String executorId) throws Exception {
             cache.remove(executorId);
-            driver.askSync(new Forget(executorId), REMOVED_TIMEOUT, ClassTag$.MODULE$.Any());
+            SparkInterop.ask(driver, new Forget(executorId), REMOVED_TIMEOUT);
         }
     }
 }

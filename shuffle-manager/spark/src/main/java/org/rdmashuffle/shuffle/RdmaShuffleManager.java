@@ -165,7 +165,7 @@ public final class RdmaShuffleManager implements ShuffleManager {
         while (!stopped && System.nanoTime() < deadline) {
             SparkEnv env = SparkEnv.get();
             boolean ready = env != null && env.rpcEnv() != null
-                    && (!isDriver || org.apache.spark.SparkContext$.MODULE$.getActive().isDefined())
+                    && (!isDriver || SparkInterop.sparkContextActive())
                     && (directoryOnly || env.blockManager() != null && env.blockManager().blockManagerId() != null);
             if (!ready) {
                 Thread.sleep(EARLY_START_POLL_MS);

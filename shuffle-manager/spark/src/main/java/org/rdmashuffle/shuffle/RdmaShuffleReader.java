@@ -14,10 +14,9 @@ import org.apache.spark.shuffle.ShuffleReader;
 import org.apache.spark.storage.BlockId;
 import org.apache.spark.storage.BlockManagerId;
 import org.apache.spark.storage.ShuffleBlockId;
-import org.apache.spark.util.collection.ExternalSorter;
 import org.rdmashuffle.conf.RdmaShuffleConf;
-import org.rdmashuffle.shuffle.core.FetchFailure;
-import org.rdmashuffle.shuffle.core.PeerDirectory;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
+import org.rdmashuffle.shuffle.core.directory.PeerDirectory;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RegionDescriptor;
 import org.rdmashuffle.transport.TransportException;
@@ -27,7 +26,6 @@ import scala.Product2;
 import scala.Tuple2;
 import scala.Tuple3;
 import scala.collection.Iterator;
-import scala.collection.JavaConverters;
 
 /**
  * A reduce task's reader: plans where each block comes from — this executor's disk, one-sided READs from
@@ -111,7 +109,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             Tuple2<BlockManagerId, scala.collection.Seq<Tuple3<BlockId, Object, Object>>> entry = byAddress.next();
             BlockManagerId bm = entry._1();
             List<BlockOrigin> blocks = new ArrayList<>();
-            for (Tuple3<BlockId, Object, Object> b : JavaConverters.seqAsJavaList(entry._2())) {
+            for (Tuple3<BlockId, Object, Object> b : SparkInterop.asJava(entry._2())) {
                 if ((Long) b._2() != 0) { // an empty block has nothing to read, as in Spark's reader
                     blocks.add(new BlockOrigin(bm, null, (ShuffleBlockId) b._1(), (Integer) b._3(), (Long) b._2(), b));
                 }
@@ -133,7 +131,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                             + "service serves its files, but fallback=never keeps readers off Spark's path)"
                             : " and no external shuffle service serves its files"), null));
                 }
-                rt.reads.noteSparkPath(bm.executorId(), why + "; the external shuffle service serves its files", true);
+                rt.reads.noteEnginePath(bm.executorId(), why + "; the external shuffle service serves its files", true);
                 viaSpark.put(bm, BlockOrigin.tracked(blocks));
                 continue;
             }
@@ -152,7 +150,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 if (never) {
                     throw failures.fetchFailed(blocks.get(0), new FetchFailure(null, why + " (fallback=never)", null));
                 }
-                rt.reads.noteSparkPath(bm.executorId(), why);
+                rt.reads.noteEnginePath(bm.executorId(), why);
                 viaSpark.put(bm, BlockOrigin.tracked(blocks));
                 continue;
             }
@@ -171,12 +169,12 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 }
                 String withdrawn = never ? null : FetchFailures.nodeWithdrawn(rt, bm.executorId(), peer, found.incarnation());
                 if (withdrawn != null) {
-                    rt.reads.noteSparkPath(bm.executorId(), withdrawn);
+                    rt.reads.noteEnginePath(bm.executorId(), withdrawn);
                     viaSpark.put(bm, BlockOrigin.tracked(blocks));
                     continue;
                 }
                 if (ess && !never) { // gone, or going: the external shuffle service serves its files
-                    rt.reads.noteSparkPath(bm.executorId(), "its node cannot be reached (" + e.getMessage() + "); the "
+                    rt.reads.noteEnginePath(bm.executorId(), "its node cannot be reached (" + e.getMessage() + "); the "
                             + "external shuffle service serves its files", true);
                     viaSpark.put(bm, BlockOrigin.tracked(blocks));
                     continue;
@@ -189,7 +187,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 if (never) {
                     throw failures.fetchFailed(blocks.get(0), new FetchFailure(null, why + " (fallback=never)", null));
                 }
-                rt.reads.noteSparkPath(bm.executorId(), why);
+                rt.reads.noteEnginePath(bm.executorId(), why);
                 viaSpark.put(bm, BlockOrigin.tracked(blocks));
                 continue;
             }
@@ -248,8 +246,7 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
             result = (Iterator) records;
         }
         if (dep.keyOrdering().isDefined()) {
-            ExternalSorter<K, C, C> sorter = SparkInterop.sorter(context, dep.keyOrdering(), dep.serializer());
-            result = sorter.insertAllAndUpdateMetrics((Iterator) result);
+            result = SparkInterop.sortedByKey(context, dep.keyOrdering(), dep.serializer(), result);
         }
         return result instanceof InterruptibleIterator ? result : new InterruptibleIterator<>(context, result);
     }

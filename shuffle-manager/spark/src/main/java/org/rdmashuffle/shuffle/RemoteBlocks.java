@@ -19,8 +19,8 @@ import org.apache.spark.storage.BlockManagerId;
 import org.apache.spark.storage.ShuffleBlockId;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPoolException;
-import org.rdmashuffle.shuffle.core.BlockFetcher;
-import org.rdmashuffle.shuffle.core.FetchFailure;
+import org.rdmashuffle.shuffle.core.fetch.BlockFetcher;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
 import org.rdmashuffle.transport.RegionDescriptor;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -241,7 +241,7 @@ final class RemoteBlocks implements AutoCloseable {
                 rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone
                 // An external shuffle service serves every executor's files, also of one that just went
                 // (released by dynamic allocation, killed): the rest comes through Spark's client.
-                rt.reads.noteSparkPath(o.address().executorId(), "a READ from it failed (" + f.getMessage()
+                rt.reads.noteEnginePath(o.address().executorId(), "a READ from it failed (" + f.getMessage()
                         + "); this task's remaining blocks come through Spark's client and the external "
                         + "shuffle service", true);
                 abandonReads();
@@ -257,7 +257,7 @@ final class RemoteBlocks implements AutoCloseable {
         BlockFetcher.Request r = block.request();
         List<BlockOrigin> os = origins.remove(r); // handed out: origins keeps only the requests still to come
         if (block.unregistered()) {
-            String why = block.viaSparkReason();
+            String why = block.viaEngineReason();
             releaseBlock();
             BlockOrigin o = os.get(0);
             if (why.equals(BlockFetcher.NOT_IN_TABLE) && rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
@@ -265,7 +265,7 @@ final class RemoteBlocks implements AutoCloseable {
                         + " does not hold map output " + o.mapIndex() + " in its output table (migrated there by "
                         + "decommissioning, or lost) and fallback=never keeps readers off Spark's path", null));
             }
-            rt.reads.noteSparkPath(o.address().executorId(), why, why.equals(BlockFetcher.NOT_IN_TABLE));
+            rt.reads.noteEnginePath(o.address().executorId(), why, why.equals(BlockFetcher.NOT_IN_TABLE));
             sparkPath.later(os);
             return;
         }
@@ -490,7 +490,7 @@ final class RemoteBlocks implements AutoCloseable {
         }
         withdrawnPeers.add(id);
         rt.remote.forgetPeer(id, o.peer(), shuffleId);
-        rt.reads.noteSparkPath(id, why);
+        rt.reads.noteEnginePath(id, why);
         return true;
     }
 

@@ -1,6 +1,5 @@
 package org.rdmashuffle.shuffle;
 
-import org.rdmashuffle.shuffle.core.*;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
@@ -18,6 +17,8 @@ import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
 import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
 import org.apache.spark.storage.ShuffleBlockFetcherIterator;
+import org.rdmashuffle.shuffle.core.fetch.ByteBufferInputStream;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
 import scala.Option;
 import scala.Tuple3;
 import scala.math.Ordering;
@@ -157,6 +158,18 @@ public final class SparkInterop {
                     + SorterShape.CONSTRUCTOR, e instanceof java.lang.reflect.InvocationTargetException t
                     ? t.getCause() : e);
         }
+    }
+
+    /**
+     * {@code records} sorted by {@code ordering} through a {@link #sorter} (spilling as Spark's reader does), its
+     * spill metrics added to the task's.
+     */
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    static <K, C> scala.collection.Iterator<scala.Product2<K, C>> sortedByKey(TaskContext context,
+            Option<Ordering<K>> ordering, org.apache.spark.serializer.Serializer serializer,
+            scala.collection.Iterator<scala.Product2<K, C>> records) {
+        ExternalSorter<K, C, C> sorter = sorter(context, ordering, serializer);
+        return (scala.collection.Iterator) sorter.insertAllAndUpdateMetrics((scala.collection.Iterator) records);
     }
 
     /** Which ExternalSorter constructor this Spark has (see {@link #sorter}). */
@@ -309,5 +322,71 @@ public final class SparkInterop {
     /** Whether executors' shuffle files are also served by an external shuffle service. */
     static boolean externalShuffleService(SparkConf conf) {
         return conf.getBoolean("spark.shuffle.service.enabled", false);
+    }
+
+    /** Whether this JVM has an active SparkContext (a driver that finished starting). */
+    static boolean sparkContextActive() {
+        return org.apache.spark.SparkContext$.MODULE$.getActive().isDefined();
+    }
+
+    /** A reference to the driver's RPC endpoint {@code name}, as Spark's own executors make theirs. */
+    static org.apache.spark.rpc.RpcEndpointRef driverEndpoint(String name, SparkConf conf,
+                                                            org.apache.spark.rpc.RpcEnv rpcEnv) {
+        return org.apache.spark.util.RpcUtils$.MODULE$.makeDriverRef(name, conf, rpcEnv);
+    }
+
+    /** An RPC timeout of {@code seconds}, named {@code description} in Spark's timeout message. */
+    static org.apache.spark.rpc.RpcTimeout rpcTimeout(long seconds, String description) {
+        return new org.apache.spark.rpc.RpcTimeout(
+                scala.concurrent.duration.FiniteDuration.apply(seconds, java.util.concurrent.TimeUnit.SECONDS),
+                description);
+    }
+
+    /** Asks {@code endpoint} and waits for the answer within Spark's default RPC timeout. */
+    static Object ask(org.apache.spark.rpc.RpcEndpointRef endpoint, Object message) {
+        return endpoint.askSync(message, scala.reflect.ClassTag$.MODULE$.Any());
+    }
+
+    /** Asks {@code endpoint} and waits for the answer within {@code timeout}. */
+    static Object ask(org.apache.spark.rpc.RpcEndpointRef endpoint, Object message,
+                      org.apache.spark.rpc.RpcTimeout timeout) {
+        return endpoint.askSync(message, timeout, scala.reflect.ClassTag$.MODULE$.Any());
+    }
+
+    /**
+     * An RPC endpoint's {@code receiveAndReply} in Java terms: the messages {@code accepts} takes go to
+     * {@code handle} (which replies through the call context); the rest are left to Spark.
+     */
+    static scala.PartialFunction<Object, scala.runtime.BoxedUnit> replies(
+            java.util.function.Predicate<Object> accepts, java.util.function.Consumer<Object> handle) {
+        return new scala.runtime.AbstractPartialFunction<Object, scala.runtime.BoxedUnit>() {
+            @Override
+            public boolean isDefinedAt(Object m) {
+                return accepts.test(m);
+            }
+
+            @Override
+            public <A1, B1> B1 applyOrElse(A1 m, scala.Function1<A1, B1> otherwise) {
+                if (!accepts.test(m)) {
+                    return otherwise.apply(m);
+                }
+                handle.accept(m);
+                @SuppressWarnings("unchecked")
+                B1 unit = (B1) scala.runtime.BoxedUnit.UNIT;
+                return unit;
+            }
+        };
+    }
+
+    /** A Scala sequence Spark hands over, as a Java list (a view, not a copy). */
+    @SuppressWarnings("deprecation") // scala.collection.JavaConverters: the one converter Scala 2.12 and 2.13 share
+    static <T> java.util.List<T> asJava(scala.collection.Seq<T> seq) {
+        return JavaConverters.seqAsJavaList(seq);
+    }
+
+    /** A shuffle block's data from {@code resolver}, as Spark's local reads ask for it (no merged-shuffle dirs). */
+    static org.apache.spark.network.buffer.ManagedBuffer blockData(
+            org.apache.spark.shuffle.ShuffleBlockResolver resolver, BlockId id) {
+        return resolver.getBlockData(id, Option.empty());
     }
 }

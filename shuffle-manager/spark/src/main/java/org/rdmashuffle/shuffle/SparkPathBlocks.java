@@ -10,7 +10,7 @@ import org.apache.spark.TaskContext;
 import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
 import org.apache.spark.storage.BlockId;
 import org.apache.spark.storage.BlockManagerId;
-import org.rdmashuffle.shuffle.core.ReadAccounting;
+import org.rdmashuffle.shuffle.core.fetch.ReadAccounting;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import scala.Tuple2;
@@ -98,7 +98,7 @@ final class SparkPathBlocks implements AutoCloseable {
         for (List<Tuple3<BlockId, Object, Object>> l : blocks.values()) {
             n += l.size();
         }
-        reads.countBlocksViaSpark(n);
+        reads.countBlocksViaEngine(n);
     }
 
     /**

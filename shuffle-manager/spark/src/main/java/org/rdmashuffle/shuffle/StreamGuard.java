@@ -4,7 +4,7 @@ import java.io.FilterInputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.util.function.Function;
-import org.rdmashuffle.shuffle.core.BlockFetcher;
+import org.rdmashuffle.shuffle.core.fetch.BlockFetcher;
 
 /**
  * A streamed block's bytes (larger than the pool's largest buffer, READ window by window as they are

@@ -6,7 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
 import org.junit.jupiter.api.Test;
-import org.rdmashuffle.shuffle.core.MapOutputServer;
+import org.rdmashuffle.shuffle.core.serve.MapOutputServer;
 
 /**
  * A map output that cannot be registered under {@code fallback=never} fails its map task — but

@@ -13,7 +13,7 @@ import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.rpc.RpcEnv;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.rdmashuffle.shuffle.core.PeerDirectory;
+import org.rdmashuffle.shuffle.core.directory.PeerDirectory;
 import org.rdmashuffle.transport.NodeAddress;
 
 /** The directory over a real Spark driver's RPC environment. */

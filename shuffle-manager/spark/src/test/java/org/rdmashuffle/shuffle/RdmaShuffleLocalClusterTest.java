@@ -1,6 +1,5 @@
 package org.rdmashuffle.shuffle;
 
-import org.rdmashuffle.shuffle.core.*;
 import static org.apache.spark.sql.functions.count;
 import static org.apache.spark.sql.functions.lit;
 import static org.apache.spark.sql.functions.sum;
@@ -39,6 +38,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.TestMethodOrder;
 import org.junit.jupiter.api.Timeout;
+import org.rdmashuffle.shuffle.core.serve.RegisteredOutputTable;
 import scala.Tuple2;
 
 /**
@@ -384,7 +384,7 @@ class RdmaShuffleLocalClusterTest {
         for (int round = 0; round < 20 && withdrawn.size() < LocalCluster.EXECUTORS; round++) {
             withdrawn.addAll(cluster.sc.parallelize(List.of(0, 1, 2, 3, 4, 5, 6, 7), 8).map(x -> {
                 ExecutorRuntime rt = ((RdmaShuffleManager) SparkEnv.get().shuffleManager()).runtime();
-                ShuffleOutputTable t = rt.server.table(shuffleId, 6);
+                RegisteredOutputTable t = rt.server.table(shuffleId, 6);
                 for (int m = 0; m < 6; m++) {
                     t.remove(m);
                 }

@@ -1,6 +1,5 @@
 package org.rdmashuffle.shuffle;
 
-import org.rdmashuffle.shuffle.core.*;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -14,6 +13,7 @@ import org.apache.spark.ShuffleDependency;
 import org.apache.spark.api.java.JavaPairRDD;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.rdmashuffle.shuffle.core.diagnostics.ProcessResources;
 
 /**
  * One application runs shuffle after shuffle and lets Spark's {@code ContextCleaner} clean each one

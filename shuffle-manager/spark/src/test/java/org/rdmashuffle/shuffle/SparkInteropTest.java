@@ -1,6 +1,5 @@
 package org.rdmashuffle.shuffle;
 
-import org.rdmashuffle.shuffle.core.*;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -23,6 +22,7 @@ import org.apache.spark.storage.ShuffleBlockId;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.api.Test;
+import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
 import scala.Option;
 import scala.Tuple2;
 import scala.reflect.ClassTag;

@@ -1,0 +1,190 @@
+package org.rdmashuffle.shuffle.core.fetch;
+
+import java.util.ArrayDeque;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import org.rdmashuffle.pool.BufferPool;
+import org.rdmashuffle.pool.RegisteredBuffer;
+
+/**
+ * The pooled buffers of one {@link BlockFetcher}, and the one place that gives them back to the pool.
+ * Every {@code release()} of a fetcher's buffer is in this class.
+ *
+ * <p><b>Who holds a buffer, and who releases it.</b> The task thread takes a buffer from the pool for
+ * one phase of a request (a slot, metadata, offsets or data READ) or one window of a streamed block;
+ * from then until it goes back it is charged to the {@link FetchBudget}. In each state:
+ * <ol>
+ *   <li><i>Taken, READs not posted</i> — building or posting them failed: the step holds it and no
+ *       completion will come; the task thread releases it at once ({@link #giveBack(FetchStep)}).
+ *   <li><i>Posted, READs in flight</i> — the transport writes into it; the step holds the reference.
+ *       Nobody releases it: its last completion decides ({@link #landed}).
+ *   <li><i>Landed, fetcher open</i> — the completion thread queues the step for the task thread and
+ *       touches the buffer no more. The task thread takes it up: a slot, metadata or offsets buffer,
+ *       and that of a failed data or window READ, it releases as soon as it is parsed
+ *       ({@link #giveBack(FetchStep)}); a data buffer passes to its block ({@link #handToBlock}); a
+ *       window's stays with its stream until read.
+ *   <li><i>Landed after close</i> — the completion thread releases it itself ({@link #landed}); a step
+ *       queued before close is released by {@link #close} on the task thread, or, when it was queued
+ *       while close drained, by the completion that queued it. A queued step is polled once, so its
+ *       buffer goes back once, by whichever thread polled it.
+ *   <li><i>In a block not yet handed out</i> (landed, or queued behind a failure): the fetcher holds
+ *       it; {@link #close} releases it.
+ *   <li><i>In a block handed out by {@link BlockFetcher#next}</i>: the caller holds it; the block's
+ *       {@code close()} releases it on the task thread ({@link #giveBack(RegisteredBuffer, long)}), also
+ *       after the fetcher closed — a block handed out stays valid until closed.
+ *   <li><i>A window at hand in a stream</i>: the stream holds it; read to its end, or the stream closed
+ *       or failed, the task thread releases it ({@link #giveBack(FetchStep)}). A window still in flight
+ *       then comes back as it lands (state 3 or 4).
+ * </ol>
+ * A step waiting to be posted holds no buffer. Once the fetcher is closed the budget is no longer kept:
+ * buffers given back after close are released but not uncharged.
+ *
+ * <p><b>Threads.</b> Everything here runs on the task thread but {@link #landed}, which runs on the
+ * transport's thread, never blocks and never waits for the pool.
+ */
+final class FetchBuffers {
+    private final BufferPool pool;
+    private final FetchBudget budget;
+    /** Steps whose READs all completed, for the task thread; drained by close. */
+    private final LinkedBlockingQueue<FetchStep> landedSteps = new LinkedBlockingQueue<>();
+    private volatile boolean closed;
+
+    FetchBuffers(BufferPool pool, FetchBudget budget) {
+        this.pool = pool;
+        this.budget = budget;
+    }
+
+    boolean closed() {
+        return closed;
+    }
+
+    /** A buffer for {@code bytes} if the pool has one at hand, else null. */
+    RegisteredBuffer tryAcquire(int bytes) {
+        return pool.tryAcquire(bytes);
+    }
+
+    /** A buffer for {@code bytes}, waiting for the pool up to its acquire timeout. */
+    RegisteredBuffer acquire(int bytes) {
+        return pool.acquire(bytes);
+    }
+
+    /** {@code s} holds {@code b} for its next READs, charged to the budget what it takes from the pool (state 1). */
+    void attach(FetchStep s, RegisteredBuffer b) {
+        s.buffer = b;
+        s.charged = b.capacity(); // what is taken from the pool, not what the READs need: the budget bounds memory
+        budget.charge(s.charged);
+    }
+
+    /**
+     * Releases the buffer {@code s} holds, if any, and uncharges it unless closed: its READs were never
+     * posted, or were taken up (task thread).
+     */
+    void giveBack(FetchStep s) {
+        if (s.buffer != null) {
+            release(s);
+            if (!closed) {
+                budget.uncharge(s.charged);
+            }
+        }
+    }
+
+    /** Takes a landed data step's buffer for its block, which holds it (and its charge) until closed. */
+    RegisteredBuffer handToBlock(FetchStep s) {
+        RegisteredBuffer b = s.buffer;
+        s.buffer = null;
+        return b;
+    }
+
+    /** Releases a closed block's buffer (null for one without bytes) and uncharges it unless closed (task thread). */
+    void giveBack(RegisteredBuffer b, long charged) {
+        if (b != null) {
+            b.release();
+        }
+        if (!closed) {
+            budget.uncharge(charged);
+        }
+    }
+
+    /**
+     * A step's READs have all completed: queue it for the task thread, or, when the fetcher is closed,
+     * return its buffer here. Never blocks. Runs on the transport's thread.
+     */
+    void landed(FetchStep s) {
+        if (closed) {
+            release(s);
+            return;
+        }
+        landedSteps.add(s);
+        if (closed) {
+            drainLanded(); // close() may have drained before this step arrived
+        }
+    }
+
+    /** Whether READs have landed that the task has not taken up; any thread. */
+    boolean hasLanded() {
+        return !landedSteps.isEmpty();
+    }
+
+    /** A landed step, or null. */
+    FetchStep pollLanded() {
+        return landedSteps.poll();
+    }
+
+    /** A landed step, waiting up to {@code nanos} for one; null if none landed. */
+    FetchStep pollLanded(long nanos) throws InterruptedException {
+        return landedSteps.poll(nanos, TimeUnit.NANOSECONDS);
+    }
+
+    /**
+     * Closes: from now on completions release their own buffers. Releases the buffers of blocks in
+     * {@code ready} (results the caller never took) and of steps that landed and were not taken up.
+     *
+     * @throws RuntimeException the first error releasing them, later ones suppressed
+     */
+    void close(ArrayDeque<Object> ready) {
+        closed = true;
+        RuntimeException error = null;
+        Object result;
+        while ((result = ready.poll()) != null) {
+            if (result instanceof BlockFetcher.Block b) {
+                try {
+                    b.close();
+                } catch (RuntimeException e) {
+                    error = keepFirst(error, e);
+                }
+            }
+        }
+        try {
+            drainLanded();
+        } catch (RuntimeException e) {
+            error = keepFirst(error, e);
+        }
+        if (error != null) {
+            throw error;
+        }
+    }
+
+    private void drainLanded() {
+        FetchStep s;
+        while ((s = landedSteps.poll()) != null) {
+            release(s);
+        }
+    }
+
+    /** Returns the step's buffer, once; by the task thread, or by whoever drains a closed fetcher's steps. */
+    private static void release(FetchStep s) {
+        RegisteredBuffer b = s.buffer;
+        if (b != null) {
+            s.buffer = null;
+            b.release();
+        }
+    }
+
+    private static RuntimeException keepFirst(RuntimeException first, RuntimeException later) {
+        if (first == null) {
+            return later;
+        }
+        first.addSuppressed(later);
+        return first;
+    }
+}
