@@ -408,7 +408,8 @@ public final class BlockFetcher implements AutoCloseable {
     private FetchFailure timedOut() {
         Request r = oldestOutstanding();
         String which = r == null ? "" : "; oldest outstanding: map index " + r.mapIndex() + " at " + r.peer();
-        return new FetchFailure(r, "no block arrived within " + timeoutMs + " ms" + which, null, true);
+        return new FetchFailure(r, FetchFailure.Kind.TIMEOUT, "no block arrived within " + timeoutMs + " ms" + which,
+                null, true);
     }
 
     /**
@@ -436,8 +437,10 @@ public final class BlockFetcher implements AutoCloseable {
 
     /**
      * Stops posting and returns every buffer: those of blocks that arrived but were not taken with
-     * {@link #next}, those of READs that landed now, and — through their completions — those of READs
-     * still in flight. Blocks already handed out stay valid until closed. Idempotent.
+     * {@link #next}, those of READs that landed now, those of the windows at hand of {@link Block#streamed()
+     * streamed} blocks, and — through their completions — those of READs still in flight. Blocks in one buffer
+     * handed out stay valid until closed; a streamed block ends with its fetcher (its windows are READ by it):
+     * reading it further fails with an {@link IllegalStateException}, closing it is harmless. Idempotent.
      */
     @Override
     public void close() {
@@ -445,6 +448,10 @@ public final class BlockFetcher implements AutoCloseable {
             return;
         }
         steps.clear(); // steps waiting to be posted hold no buffer
-        buffers.close(steps.ready());
+        try {
+            buffers.close(steps.ready());
+        } finally {
+            steps.fetcherClosed(); // streamed blocks handed out end with their fetcher
+        }
     }
 }

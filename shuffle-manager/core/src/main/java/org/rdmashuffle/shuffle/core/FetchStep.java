@@ -85,6 +85,11 @@ final class FetchStep implements ReadListener {
     boolean inFlight;
     /** This step's entries in the order of posts ({@link ReadPoster}), one per post; all but the last are stale. */
     int postedEntries;
+    /**
+     * Its post threw after the channel may have accepted some of its READs: its result is out (a failure), and
+     * its buffer stays with it until its last READ completes ({@link FetchBuffers#withhold}).
+     */
+    boolean abandoned;
     @SuppressWarnings("unused")
     private volatile int left;
     private volatile int status;
