@@ -117,7 +117,6 @@ final class RemoteBlocks implements AutoCloseable {
         this.fetcher = new BlockFetcher(rt.node, rt.pool, rt.remote.metadataCache(shuffleId),
                 rt.conf.maxBytesInFlight(), rt.conf.maxReadsInFlightPerPeer(), rt.conf.readBlockSizeBytes(),
                 rt.conf.requestTimeoutMs());
-        this.origins.fallBackTo(fetcher::oldestOutstanding);
         this.classifier = new FailedReadClassifier(rt::failed, this::peerWithdrew,
                 rt.conf.fallback() != RdmaShuffleConf.Fallback.NEVER);
     }
@@ -288,6 +287,12 @@ final class RemoteBlocks implements AutoCloseable {
             return;
         }
         BlockOrigin o = origins.blame(f);
+        if (o == null) {
+            if (f.isResult()) {
+                return; // a request whose blocks went through Spark's path since (its peer withdrew its node)
+            }
+            throw new IllegalStateException("a fetch failure names no block of this task: " + f.getMessage(), f);
+        }
         if (sparkAfterFailure) {
             rt.remote.forgetPeer(o.address().executorId(), o.peer(), shuffleId); // fetchFailed does it otherwise
             rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone

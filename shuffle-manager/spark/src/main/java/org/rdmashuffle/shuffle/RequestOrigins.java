@@ -5,23 +5,20 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
-import java.util.function.Supplier;
 import org.rdmashuffle.shuffle.core.BlockFetcher;
 import org.rdmashuffle.shuffle.core.FetchFailure;
 import org.rdmashuffle.transport.NodeAddress;
 
 /**
  * The Spark blocks behind each request a reduce task hands its {@link BlockFetcher}: those still to come out of
- * it, and the origin a failure concerns. Task thread only.
+ * it, and the origin a failure concerns — also for a streamed block already handed out (even released), whose
+ * window READs may be the oldest in flight when the fetcher times out. Task thread only.
  */
 final class RequestOrigins {
     /** The blocks of each request the fetcher has not handed out yet, in partition order. */
     private final Map<BlockFetcher.Request, List<BlockOrigin>> pending = new HashMap<>();
-    private Supplier<BlockFetcher.Request> oldest = () -> null;
-
-    void fallBackTo(Supplier<BlockFetcher.Request> oldestOutstanding) {
-        this.oldest = oldestOutstanding;
-    }
+    /** The blocks of streamed requests handed out: their windows are READ after, and may outlive the block. */
+    private final Map<BlockFetcher.Request, List<BlockOrigin>> streamed = new HashMap<>();
 
     void add(BlockFetcher.Request r, List<BlockOrigin> blocks) {
         pending.put(r, blocks);
@@ -32,7 +29,11 @@ final class RequestOrigins {
      * while it is decoded); null when they went elsewhere since.
      */
     List<BlockOrigin> handedOut(BlockFetcher.Request r, boolean streamed) {
-        return pending.remove(r);
+        List<BlockOrigin> os = pending.remove(r);
+        if (streamed && os != null) {
+            this.streamed.put(r, os);
+        }
+        return os;
     }
 
     /** The blocks of {@code r}, no longer pending (they go through Spark's path); null if none. */
@@ -62,15 +63,19 @@ final class RequestOrigins {
     }
 
     /**
-     * The origin a failure names, else that of the oldest block still outstanding. A failure is a
-     * result for a request not handed out yet, so {@code origins} still holds it (never empty here).
+     * The origin a failure concerns: the first block of the request it names — one still to come out of the
+     * fetcher, or a streamed block handed out (a timeout may name its window) — never another request's; null
+     * when the request is no longer this task's to READ (it went through Spark's path) or none is named.
      */
     BlockOrigin blame(FetchFailure f) {
-        List<BlockOrigin> os = f.request() == null ? null : pending.get(f.request());
-        if (os == null) {
-            BlockFetcher.Request o = oldest.get();
-            os = o == null ? null : pending.get(o);
+        BlockFetcher.Request r = f.request();
+        if (r == null) {
+            return null;
         }
-        return (os != null ? os : pending.values().iterator().next()).get(0);
+        List<BlockOrigin> os = pending.get(r);
+        if (os == null) {
+            os = streamed.get(r);
+        }
+        return os == null ? null : os.get(0);
     }
 }

@@ -53,7 +53,7 @@ public final class FailedReadClassifier {
         if (ownNodeFailed.getAsBoolean()) {
             return ReadOutcome.OWN_NODE_FAILED;
         }
-        if (enginePathAllowed && f.isResult() && f.kind() == FetchFailure.Kind.READ && peers.withdrew(f.request())) {
+        if (enginePathAllowed && f.request() != null && peers.withdrew(f.request())) { // whatever the kind
             return ReadOutcome.ENGINE_PATH;
         }
         return ReadOutcome.BLAME_PEER;
