@@ -310,7 +310,8 @@ final class RemoteBlocks implements AutoCloseable {
     /**
      * A failure of the block taken last before any of its records were handed on (a size the tracker does not
      * allow, corrupt again, its first window): blamed, or — when this executor's node failed or the peer withdrew
-     * its node — that block's slices not decoded yet go through Spark's path with {@code alsoFrom}'s.
+     * its node — the block's slices from {@code fromSlice} on (none decoded yet) go through Spark's path, with the
+     * peer's other blocks not READ yet (or, for this executor's node, every block not READ yet).
      *
      * @return the exception to throw when the peer is blamed, else null (the block was released)
      */
@@ -515,7 +516,7 @@ final class RemoteBlocks implements AutoCloseable {
      * nobody (the block cannot switch to Spark's path midway; the task is retried).
      */
     private RuntimeException streamFailed(BlockOrigin o, BlockFetcher.StreamFailed e) {
-        NodeAddress peer = block == null ? o.peer() : block.request().peer();
+        NodeAddress peer = o.peer();
         releaseBlock(); // every window buffer back now
         ReadOutcome outcome = classifier.failed(e.failure());
         if (outcome == ReadOutcome.OWN_NODE_FAILED) {

@@ -116,7 +116,10 @@ final class FetchStep implements ReadListener {
         return landedNanos;
     }
 
-    /** On the transport's thread (or the poster's, for READs a failing channel never accepted). */
+    /**
+     * On a transport thread, or on the thread that fails or closes the channel or node (see
+     * {@link ReadListener}); never inside the post that accepted the READ.
+     */
     @Override
     public void onReadComplete(long requestId, int st, int lengthBytes) {
         if (st != ReadStatus.SUCCESS) {
