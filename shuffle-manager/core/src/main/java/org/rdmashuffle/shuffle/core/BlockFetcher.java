@@ -51,7 +51,9 @@ import org.rdmashuffle.transport.RegionDescriptor;
  * that do not fit what the driver knows) comes out of {@link #next} as a {@link FetchFailure} naming
  * the request. What goes wrong on this executor — the pool exhausted by other tasks, an interrupted
  * wait for it — leaves {@link #add}, {@link #progress} or {@link #next} as a
- * {@link BufferPoolException}, which blames no peer.
+ * {@link BufferPoolException}, which blames no peer. What the reader then does — READ again, the engine's own
+ * path, blame the peer, or nothing because this executor's node failed — is decided once, for every engine, by
+ * {@link FailedReadClassifier}.
  */
 public final class BlockFetcher implements AutoCloseable {
     /**
