@@ -15,10 +15,14 @@ public interface RdmaChannel extends AutoCloseable {
     NodeAddress peer();
 
     /**
-     * Posts every READ in {@code batch}; the batch may be reused when this returns. Waits (up to the
-     * request timeout) when the channel's queue is full.
+     * Posts every READ in {@code batch}; the batch may be reused when this returns. Never waits: READs past
+     * the depth of the channel's queue wait in the channel (callers bound what they post, e.g. the fetcher's
+     * budget of READs per peer). A READ the channel accepted but cannot carry out (it closed meanwhile)
+     * completes with an error through its listener, off this call.
      *
-     * @throws TransportException when the channel is already closed or failed (nothing was posted)
+     * @throws TransportException when the channel is already closed or failed: nothing was posted and no
+     *     completion will come. Any other exception may come after some READs were accepted, whose
+     *     completions will still come.
      */
     void post(ReadBatch batch, ReadListener listener) throws TransportException;
 

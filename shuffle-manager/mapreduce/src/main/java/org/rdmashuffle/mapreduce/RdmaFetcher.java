@@ -18,7 +18,9 @@ import org.rdmashuffle.shuffle.core.fetch.BlockFetcher;
 import org.rdmashuffle.shuffle.core.fetch.BlockFetcher.Block;
 import org.rdmashuffle.shuffle.core.fetch.BlockFetcher.Expected;
 import org.rdmashuffle.shuffle.core.fetch.BlockFetcher.Request;
+import org.rdmashuffle.shuffle.core.fetch.FailedReadClassifier;
 import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
+import org.rdmashuffle.shuffle.core.fetch.ReadOutcome;
 import org.rdmashuffle.transport.NodeAddress;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -29,10 +31,13 @@ import org.slf4j.LoggerFactory;
  * pooled buffers with its own {@link BlockFetcher}, and hands the bytes to Hadoop's merge manager (in memory or
  * on disk, as it decides; the IFile checksum and any codec are checked and undone there, as for HTTP).
  *
- * <p>What fails on a map output — not on the NodeManager, a failed READ, a bad checksum — is reported to the
- * scheduler as that map's fetch failure ({@code copyFailed}, read error), which tells the ApplicationMaster as
- * Hadoop's fetcher does, so the map is rerun. Outputs the service leaves unregistered, and every output of a
- * NodeManager without a service (or one that refuses this job), are fetched with Hadoop's own HTTP fetcher.
+ * <p>What to do about a failed READ or block is decided by the core's {@link FailedReadClassifier}; here it is
+ * only turned into Hadoop's words ({@link #dataFault}): a map output whose bytes are bad (a bad checksum, bytes
+ * that do not decode) is reported to the scheduler as that map's fetch failure ({@code copyFailed} and
+ * {@code hostFailed}, read error), which tells the ApplicationMaster as Hadoop's fetcher does, so the map is
+ * rerun; a READ that failed or timed out, a NodeManager whose service went to HTTP meanwhile, or this task's own
+ * node failing blames no map: the host goes to Hadoop's own HTTP fetcher, as do outputs the service leaves
+ * unregistered and every output of a NodeManager without a service (or one that refuses this job).
  *
  * <p>Buffers: a block's pooled buffer is given back when the block is closed, right after the merge manager
  * copied its bytes; the fetcher is closed (giving back what is still in flight) when the thread ends or a READ
@@ -54,6 +59,9 @@ final class RdmaFetcher<K, V> extends Thread {
     private volatile boolean stopped;
     /** Whether this turn of the current host already counted a host failure. */
     private boolean hostFailedThisTurn;
+    /** The host of this turn: a host sent to HTTP meanwhile (by any fetcher thread) is what "withdrew" means here. */
+    private MapHost currentHost;
+    private final FailedReadClassifier classifier;
 
     RdmaFetcher(RdmaShuffle<K, V> shuffle, int id, ReducerClient client, String clientProblem) {
         super("rdma-shuffle-fetcher-" + id);
@@ -62,6 +70,18 @@ final class RdmaFetcher<K, V> extends Thread {
         this.id = id;
         this.client = client;
         this.clientProblem = clientProblem;
+        this.classifier = new FailedReadClassifier(() -> client != null && client.nodeFailed(),
+                origin -> currentHost != null && client.httpReason(currentHost) != null, true);
+    }
+
+    /**
+     * Whether the core's outcome for {@code f} is a fault of the map's data, which Hadoop's fetcher reports with
+     * {@code copyFailed}: a peer blamed for bytes that do not decode. Every other outcome — a READ that failed or
+     * timed out, a size or window that failed, the host gone to HTTP, this task's node failed — is a transport
+     * fault: the map goes over HTTP, whose retries and reports decide about it.
+     */
+    static boolean dataFault(ReadOutcome outcome, FetchFailure f) {
+        return outcome == ReadOutcome.BLAME_PEER && f.kind() == FetchFailure.Kind.CORRUPT;
     }
 
     @Override
@@ -95,6 +115,7 @@ final class RdmaFetcher<K, V> extends Thread {
 
     private void fetchFrom(MapHost host) throws IOException, InterruptedException {
         hostFailedThisTurn = false;
+        currentHost = host;
         String why = client == null ? clientProblem : client.httpReason(host);
         if (why != null) {
             overHttp(host, host.getNumKnownMapOutputs());
@@ -219,14 +240,19 @@ final class RdmaFetcher<K, V> extends Thread {
                 b = fetcher().next();
             } catch (FetchFailure e) {
                 shuffle.times().waitingForReads(System.nanoTime() - waiting);
-                // A READ failed or timed out: a transport fault (connection lost, node withdrawn or restarted,
-                // a slow disk), not proof that the map's output is bad. Nothing is blamed here: what is not
-                // fetched yet goes back, and this host's outputs go to Hadoop's HTTP fetcher, whose retries and
-                // fetch-failure reports decide about the maps.
+                // A READ failed or timed out, or what the peer claims does not hold: a transport fault (connection
+                // lost, node withdrawn or restarted, a slow disk), not proof that the map's output is bad. Nothing
+                // is blamed: what is not fetched yet goes back, and this host's outputs go to Hadoop's HTTP
+                // fetcher, whose retries and fetch-failure reports decide about the maps.
+                boolean data = dataFault(classifier.failed(e), e); // never, for what the fetcher itself reports
                 Pending<K, V> p = e.request() == null ? null : pending.remove(e.request().mapIndex());
                 if (p != null) {
                     p.out().abort();
-                    viaHttp.add(p.mapId());
+                    if (data) {
+                        failed(host, p.mapId(), e.getMessage());
+                    } else {
+                        viaHttp.add(p.mapId());
+                    }
                 }
                 client.useHttp(host, "a READ from it failed: " + e.getMessage());
                 shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
@@ -254,16 +280,27 @@ final class RdmaFetcher<K, V> extends Thread {
                     p.out().shuffle(host, in, p.state().partLength(), p.state().rawLength(), shuffle.metrics(),
                             shuffle.reporter());
                 } catch (BlockFetcher.StreamFailed e) {
-                    p.out().abort(); // a window READ failed: a transport fault, as above
-                    viaHttp.add(p.mapId());
+                    p.out().abort();
+                    if (dataFault(classifier.failed(e.failure()), e.failure())) {
+                        failed(host, p.mapId(), e.getMessage());
+                        continue;
+                    }
+                    viaHttp.add(p.mapId()); // a window that failed or timed out: a transport fault, as above
                     shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
                     client.useHttp(host, "a READ from it failed: " + e.getMessage());
                     continue;
                 } catch (IOException | RuntimeException | InternalError e) {
                     // The bytes fail the IFile checksum or do not decode (native codecs throw InternalError on
-                    // corrupt input): the map's data is bad, as Hadoop's fetcher judges it.
+                    // corrupt input): the map's data is bad, as Hadoop's fetcher judges it (never READ again here).
                     p.out().abort();
-                    failed(host, p.mapId(), e.toString());
+                    FetchFailure corrupt = new FetchFailure(b.request(), FetchFailure.Kind.CORRUPT, e.toString(), e,
+                            false);
+                    if (dataFault(classifier.corrupt(corrupt, true), corrupt)) {
+                        failed(host, p.mapId(), e.toString());
+                    } else { // the host went to HTTP meanwhile, or this task's node failed: HTTP decides
+                        viaHttp.add(p.mapId());
+                        client.useHttp(host, "a READ from it failed: " + e);
+                    }
                     continue;
                 } finally {
                     shuffle.times().merging(System.nanoTime() - merging);

@@ -79,6 +79,11 @@ final class ReducerClient implements AutoCloseable {
                 conf.readBlockSizeBytes(), conf.requestTimeoutMs());
     }
 
+    /** Whether this task's node failed (its transport could not go on): its READs fail, nobody else's fault. */
+    boolean nodeFailed() {
+        return node.failure() != null;
+    }
+
     /** Why {@code host}'s outputs go over HTTP, or null while they are READ. */
     String httpReason(MapHost host) {
         return viaHttp.get(host.getHostName());

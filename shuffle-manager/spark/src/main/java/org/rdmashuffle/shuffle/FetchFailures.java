@@ -5,10 +5,11 @@ import org.rdmashuffle.shuffle.core.directory.PeerDirectory;
 import org.rdmashuffle.transport.NodeAddress;
 
 /**
- * Where a reduce task blames a peer: {@link #fetchFailed} turns a {@link FetchFailure} into the
- * {@code FetchFailedException} naming the block's map output (so Spark reruns that map), and
- * {@link #nodeWithdrawn} is asked first where a peer that could not be reached may not be to blame. Every
- * blame of the reader's classes goes through {@link #fetchFailed}, always on the task thread.
+ * Where a reduce task blames a peer: {@link #fetchFailed} turns a {@link FetchFailure} the core's
+ * {@code FailedReadClassifier} decided to blame on the peer into the {@code FetchFailedException} naming the block's
+ * map output (so Spark reruns that map); {@link #nodeWithdrawn} is the Spark adapter's answer to the classifier's
+ * question, asked before every blame of a READ block, whether the peer withdrew its node. Every blame of the
+ * reader's classes goes through {@link #fetchFailed}, always on the task thread.
  */
 final class FetchFailures {
     private final RdmaShuffleManager manager;

@@ -20,7 +20,10 @@ import org.apache.spark.storage.ShuffleBlockId;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPoolException;
 import org.rdmashuffle.shuffle.core.fetch.BlockFetcher;
+import org.rdmashuffle.shuffle.core.fetch.FailedReadClassifier;
 import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
+import org.rdmashuffle.shuffle.core.fetch.ReadOutcome;
+import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RegionDescriptor;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -39,11 +42,12 @@ import scala.collection.Iterator;
  * completion threads, which only land bytes and wake the task ({@link BlockFetcher#next}). The maintenance
  * thread is only asked to withdraw this executor's node when it is found failed.
  *
- * <p>Blame: a failed request ({@link #takeNext}), a block that does not match the tracker
- * ({@link #checkSlices}), a block corrupt twice ({@link #openNextSlice}) or a streamed window that failed
- * blames the peer through {@link FetchFailures#fetchFailed} — unless this executor's own node failed, or
- * the peer withdrew its node ({@link FetchFailures#nodeWithdrawn}), or an external shuffle service serves
- * the rest.
+ * <p>Failures: what to do about a failed request ({@link #takeNext}), a block that does not match the tracker
+ * ({@link #checkSlices}), a corrupt block ({@link #openNextSlice}) or a streamed window that failed is decided by
+ * the core's {@link FailedReadClassifier} — this executor's own node failed, the peer withdrew its node (asked
+ * of the driver's directory, {@link FetchFailures#nodeWithdrawn}, for every failure that would blame it), READ
+ * again, or blame the peer — and turned here into Spark's words: Spark's path for the blocks, or
+ * {@link FetchFailures#fetchFailed} (unless an external shuffle service serves the rest).
  */
 final class RemoteBlocks implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(RemoteBlocks.class);
@@ -58,8 +62,11 @@ final class RemoteBlocks implements AutoCloseable {
     private final SparkPathBlocks sparkPath;
     private final SparkConf sparkConf;
     private final BlockFetcher fetcher;
-    /** The blocks of each request the fetcher has not handed out yet, in partition order. */
-    private final Map<BlockFetcher.Request, List<BlockOrigin>> origins = new HashMap<>();
+    /** The blocks of each request, and the origin a failure concerns. */
+    private final RequestOrigins origins = new RequestOrigins();
+    /** The executor of each peer node READ from. */
+    private final Map<NodeAddress, String> peerIds = new HashMap<>();
+    private final FailedReadClassifier classifier;
     private final Map<BlockManagerId, RegionDescriptor> tables;
     /** The incarnation of each peer's node this task READs from, by executor. */
     private final Map<String, Long> incarnations;
@@ -110,6 +117,8 @@ final class RemoteBlocks implements AutoCloseable {
         this.fetcher = new BlockFetcher(rt.node, rt.pool, rt.remote.metadataCache(shuffleId),
                 rt.conf.maxBytesInFlight(), rt.conf.maxReadsInFlightPerPeer(), rt.conf.readBlockSizeBytes(),
                 rt.conf.requestTimeoutMs());
+        this.classifier = new FailedReadClassifier(rt::failed, this::peerWithdrew,
+                rt.conf.fallback() != RdmaShuffleConf.Fallback.NEVER);
     }
 
     /**
@@ -163,7 +172,8 @@ final class RemoteBlocks implements AutoCloseable {
         BlockFetcher.Request r = new BlockFetcher.Request(first.peer(), tables.get(first.address()),
                 first.mapIndex(), first.blockId().mapId(), first.blockId().reduceId(),
                 blocks.get(blocks.size() - 1).blockId().reduceId() + 1, expected);
-        origins.put(r, List.copyOf(blocks));
+        origins.add(r, List.copyOf(blocks));
+        peerIds.putIfAbsent(first.peer(), first.address().executorId());
         addToFetcher(r);
     }
 
@@ -225,29 +235,9 @@ final class RemoteBlocks implements AutoCloseable {
         } catch (BufferPoolException e) {
             readRestThroughSpark(e);
             return;
-        } catch (FetchFailure f) { // the peer's fault, unless this executor's own node failed
-            if (rt.failed()) {
-                ownNodeFailed(f);
-                return;
-            }
-            BlockOrigin o = blame(f);
-            if (f.isResult() && o.peer() != null && rt.conf.fallback() != RdmaShuffleConf.Fallback.NEVER
-                    && peerWithdrew(o)) {
-                sparkPath.later(origins.remove(f.request()));
-                return;
-            }
-            if (sparkAfterFailure) {
-                rt.remote.forgetPeer(o.address().executorId(), o.peer(), shuffleId); // fetchFailed does it otherwise
-                rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone
-                // An external shuffle service serves every executor's files, also of one that just went
-                // (released by dynamic allocation, killed): the rest comes through Spark's client.
-                rt.reads.noteEnginePath(o.address().executorId(), "a READ from it failed (" + f.getMessage()
-                        + "); this task's remaining blocks come through Spark's client and the external "
-                        + "shuffle service", true);
-                abandonReads();
-                return;
-            }
-            throw failures.fetchFailed(o, f);
+        } catch (FetchFailure f) {
+            fetchFailed(f);
+            return;
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new IllegalStateException("interrupted while fetching shuffle blocks", e);
@@ -255,7 +245,11 @@ final class RemoteBlocks implements AutoCloseable {
             metrics.incFetchWaitTime(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0));
         }
         BlockFetcher.Request r = block.request();
-        List<BlockOrigin> os = origins.remove(r); // handed out: origins keeps only the requests still to come
+        List<BlockOrigin> os = origins.handedOut(r, block.streamed());
+        if (os == null) { // its peer withdrew its node while it was in flight: its blocks went to Spark's path
+            releaseBlock();
+            return;
+        }
         if (block.unregistered()) {
             String why = block.viaEngineReason();
             releaseBlock();
@@ -278,9 +272,77 @@ final class RemoteBlocks implements AutoCloseable {
     }
 
     /**
+     * A failure out of the fetcher: this executor's node failed (every block not taken yet through Spark's
+     * path), the peer withdrew its node (its blocks through Spark's path), or the peer is blamed — through
+     * Spark's client instead when an external shuffle service serves the rest.
+     */
+    private void fetchFailed(FetchFailure f) {
+        ReadOutcome outcome = classifier.failed(f);
+        if (outcome == ReadOutcome.OWN_NODE_FAILED) {
+            ownNodeFailed(f);
+            return;
+        }
+        if (outcome == ReadOutcome.ENGINE_PATH) {
+            peerToSparkPath(f.request().peer());
+            return;
+        }
+        BlockOrigin o = origins.blame(f);
+        if (o == null) {
+            if (f.isResult()) {
+                return; // a request whose blocks went through Spark's path since (its peer withdrew its node)
+            }
+            throw new IllegalStateException("a fetch failure names no block of this task: " + f.getMessage(), f);
+        }
+        if (sparkAfterFailure) {
+            rt.remote.forgetPeer(o.address().executorId(), o.peer(), shuffleId); // fetchFailed does it otherwise
+            rt.directory.removed(o.address().executorId()); // later tasks skip it if it is gone
+            // An external shuffle service serves every executor's files, also of one that just went
+            // (released by dynamic allocation, killed): the rest comes through Spark's client.
+            rt.reads.noteEnginePath(o.address().executorId(), "a READ from it failed (" + f.getMessage()
+                    + "); this task's remaining blocks come through Spark's client and the external "
+                    + "shuffle service", true);
+            abandonReads();
+            return;
+        }
+        throw failures.fetchFailed(o, f);
+    }
+
+    /**
+     * A failure of the block taken last before any of its records were handed on (a size the tracker does not
+     * allow, corrupt again, its first window): blamed, or — when this executor's node failed or the peer withdrew
+     * its node — the block's slices from {@code fromSlice} on (none decoded yet) go through Spark's path, with the
+     * peer's other blocks not READ yet (or, for this executor's node, every block not READ yet).
+     *
+     * @return the exception to throw when the peer is blamed, else null (the block was released)
+     */
+    private RuntimeException blockFailed(BlockOrigin o, FetchFailure f, ReadOutcome outcome, int fromSlice) {
+        if (outcome == ReadOutcome.BLAME_PEER) {
+            return failures.fetchFailed(o, f);
+        }
+        List<BlockOrigin> rest = List.copyOf(sliceOrigins.subList(fromSlice, sliceOrigins.size()));
+        NodeAddress peer = block.request().peer();
+        releaseBlock();
+        sparkPath.later(rest);
+        if (outcome == ReadOutcome.OWN_NODE_FAILED) {
+            ownNodeFailed(f);
+        } else {
+            peerToSparkPath(peer);
+        }
+        return null;
+    }
+
+    /** The peer withdrew its node: this task's blocks of it not READ yet go through Spark's path. */
+    private void peerToSparkPath(NodeAddress peer) {
+        for (List<BlockOrigin> os : origins.removePeer(peer)) {
+            sparkPath.later(os);
+        }
+    }
+
+    /**
      * Checks each slice of the block just fetched against what the tracker says of it, before any is
      * decoded: a block the tracker lists holds from 1 byte to the most its reported size allows, and the
-     * partitions between them (reported empty) hold nothing. A mismatch fails the fetch naming that block.
+     * partitions between them (reported empty) hold nothing. A mismatch fails the fetch naming that block (unless
+     * the peer withdrew its node or this executor's failed: then the block goes through Spark's path).
      */
     private void checkSlices() {
         BlockFetcher.Request r = block.request();
@@ -289,23 +351,33 @@ final class RemoteBlocks implements AutoCloseable {
             int p = o.blockId().reduceId();
             long bytes = block.offsetOf(p + 1) - block.offsetOf(p);
             if (bytes < 1 || bytes > mostBytes(o)) {
-                BlockOrigin failed = o;
-                releaseBlock();
-                throw failures.fetchFailed(failed, new FetchFailure(r, "map output at peer does not match "
-                        + "MapOutputTracker: block " + failed.blockId() + " holds " + bytes + " bytes there, the "
-                        + "tracker's size allows 1 to " + mostBytes(failed) + " (map index " + failed.mapIndex()
-                        + " at " + failed.peer() + ")", null));
+                FetchFailure f = new FetchFailure(r, FetchFailure.Kind.SIZE, "map output at peer does not match "
+                        + "MapOutputTracker: block " + o.blockId() + " holds " + bytes + " bytes there, the "
+                        + "tracker's size allows 1 to " + mostBytes(o) + " (map index " + o.mapIndex()
+                        + " at " + o.peer() + ")", null, false);
+                sizeMismatch(o, f);
+                return;
             }
             listed += bytes;
         }
         if (listed != block.length()) {
             BlockOrigin o = sliceOrigins.get(0);
             long unlisted = block.length() - listed;
+            sizeMismatch(o, new FetchFailure(r, FetchFailure.Kind.SIZE, "map output at peer does not match "
+                    + "MapOutputTracker: partitions [" + r.startPartition() + ", " + r.endPartition() + ") hold "
+                    + unlisted + " bytes in partitions the tracker reports empty (map index " + o.mapIndex() + " at "
+                    + o.peer() + ")", null, false));
+        }
+    }
+
+    private void sizeMismatch(BlockOrigin o, FetchFailure f) {
+        ReadOutcome outcome = classifier.failed(f);
+        if (outcome == ReadOutcome.BLAME_PEER) {
             releaseBlock();
-            throw failures.fetchFailed(o, new FetchFailure(r, "map output at peer does not match MapOutputTracker: "
-                    + "partitions [" + r.startPartition() + ", " + r.endPartition() + ") hold " + unlisted
-                    + " bytes in partitions the tracker reports empty (map index " + o.mapIndex() + " at "
-                    + o.peer() + ")", null));
+        }
+        RuntimeException blame = blockFailed(o, f, outcome, 0);
+        if (blame != null) {
+            throw blame;
         }
     }
 
@@ -332,7 +404,7 @@ final class RemoteBlocks implements AutoCloseable {
             // that fails mid-stream fails the fetch naming this block
             raw = firstWindow(raw, unit);
             if (raw == null) {
-                return null; // no pool room for it: this block and the rest go through Spark's path
+                return null; // no pool room for it, or its peer withdrew its node: it goes through Spark's path
             }
             raw = new StreamGuard(raw, e -> streamFailed(o, e));
         }
@@ -355,18 +427,27 @@ final class RemoteBlocks implements AutoCloseable {
             }
             BlockFetcher.Request again = new BlockFetcher.Request(o.peer(), tables.get(o.address()), o.mapIndex(),
                     o.blockId().mapId(), first, end, new BlockFetcher.Expected(numPartitions, unit.size(), most));
-            if (!corruptOnce.add(again)) {
+            boolean readAgainBefore = !corruptOnce.add(again);
+            FetchFailure corrupt = new FetchFailure(again, FetchFailure.Kind.CORRUPT, "block "
+                    + BlockOrigin.unitId(unit) + " from " + o.address() + " is corrupt again after a second READ: "
+                    + e.getMessage(), e, false);
+            ReadOutcome outcome = classifier.corrupt(corrupt, readAgainBefore);
+            if (outcome == ReadOutcome.BLAME_PEER) {
                 Supplier<String> q = question(landed, unit, from, to);
                 releaseBlock(); // before the serving side is asked, which may take Spark's connection timeout
                 String why = q.get();
-                throw failures.fetchFailed(o, new FetchFailure(again, why != null ? why + " (again after a second "
-                        + "READ from " + o.address() + ": " + e.getMessage() + ")" : "block " + BlockOrigin.unitId(unit)
-                        + " from " + o.address() + " is corrupt again after a second READ: " + e.getMessage(), e));
+                throw failures.fetchFailed(o, why == null ? corrupt : new FetchFailure(again,
+                        FetchFailure.Kind.CORRUPT, why + " (again after a second READ from " + o.address() + ": "
+                        + e.getMessage() + ")", e, false));
+            }
+            if (outcome != ReadOutcome.RETRY) { // nothing of the unit was handed on: Spark's path serves it
+                blockFailed(o, corrupt, outcome, nextSlice - unit.size());
+                return null;
             }
             // as Spark's reader: the bytes may have been damaged on the way, READ them once more
             LOG.warn("block {} from {} is corrupt ({}); reading it again", BlockOrigin.unitId(unit), o.address(),
                     e.toString());
-            origins.put(again, unit);
+            origins.add(again, unit);
             addToFetcher(again);
             return null;
         }
@@ -395,7 +476,13 @@ final class RemoteBlocks implements AutoCloseable {
             readRestThroughSpark(e); // rethrows what is not the pool's room or the host's memory, or fallback=never
             return null;
         } catch (BlockFetcher.StreamFailed e) {
-            throw streamFailed(unit.get(0), e);
+            // no record of the block was handed on yet: Spark's path can still serve it
+            RuntimeException blame = blockFailed(unit.get(0), e.failure(), classifier.failed(e.failure()),
+                    nextSlice - unit.size());
+            if (blame != null) {
+                throw blame;
+            }
+            return null;
         } catch (IOException e) { // a window's bytes are in memory: reading them cannot fail
             throw new IllegalStateException(e);
         }
@@ -423,15 +510,24 @@ final class RemoteBlocks implements AutoCloseable {
         return diagnosis.question(unit.get(0).address(), id, landed.bytes().position((int) from).limit((int) to));
     }
 
-    /** A streamed block's failed window: the FetchFailedException naming the block, or a task failure. */
+    /**
+     * A streamed block's window failed after records of the block were handed on: the FetchFailedException naming
+     * the block, or — when this executor's node failed or the peer withdrew its node — a task failure that blames
+     * nobody (the block cannot switch to Spark's path midway; the task is retried).
+     */
     private RuntimeException streamFailed(BlockOrigin o, BlockFetcher.StreamFailed e) {
+        NodeAddress peer = o.peer();
         releaseBlock(); // every window buffer back now
-        if (rt.failed()) {
-            // This executor's node failed mid-block: records of the block were handed on already, so it
-            // cannot switch to Spark's path; the task fails (and is retried) without blaming the peer.
+        ReadOutcome outcome = classifier.failed(e.failure());
+        if (outcome == ReadOutcome.OWN_NODE_FAILED) {
             rt.nodeFailureSeen();
             return new IllegalStateException("this executor's RDMA node failed while block " + o.blockId()
                     + " was streamed (" + rt.failureReason() + "); the task is retried", e);
+        }
+        if (outcome == ReadOutcome.ENGINE_PATH) {
+            peerToSparkPath(peer);
+            return new IllegalStateException("executor " + o.address().executorId() + " withdrew its RDMA node while "
+                    + "block " + o.blockId() + " was streamed from it; the task is retried, blaming nobody", e);
         }
         return failures.fetchFailed(o, e.failure()); // forgets the peer's cached table and metadata too
     }
@@ -445,13 +541,12 @@ final class RemoteBlocks implements AutoCloseable {
      * {@code e} null: the READs were given up already and new requests follow the rest.
      */
     private void readRestThroughSpark(BufferPoolException e) {
-        boolean nodeFailed = rt.failed(); // the pool closes with a failed node's runtime
-        if (e != null && (rt.conf.fallback() == RdmaShuffleConf.Fallback.NEVER
-                || !(e.memoryUnavailable() || e.exhausted() || nodeFailed))) {
+        ReadOutcome outcome = e == null ? ReadOutcome.ENGINE_PATH : classifier.poolFailed(e);
+        if (outcome == ReadOutcome.LOCAL_FAILURE) {
             throw e; // interrupted (a killed task), a size no buffer can hold, or fallback=never
         }
         if (!readsAbandoned && e != null) {
-            if (nodeFailed) {
+            if (outcome == ReadOutcome.OWN_NODE_FAILED) { // the pool closes with a failed node's runtime
                 rt.nodeFailureSeen();
             } else if (e.exhausted()) {
                 rt.reads.notePoolExhausted(e);
@@ -475,48 +570,37 @@ final class RemoteBlocks implements AutoCloseable {
 
     /**
      * Whether the peer of a failed request withdrew its node (it failed) or replaced it since this task
-     * looked it up: then that request — and any later failure of this task's READs from that peer — goes
-     * through Spark's path. Asks the driver once per peer and task.
+     * looked it up ({@link FailedReadClassifier.PeerNodes}): then this task's blocks of that peer go through
+     * Spark's path. Asks the driver once per peer and task (a no answers again at the next failure).
      */
-    private boolean peerWithdrew(BlockOrigin o) {
-        String id = o.address().executorId();
+    private boolean peerWithdrew(BlockFetcher.Request r) {
+        String id = peerIds.get(r.peer());
+        if (id == null) {
+            return false;
+        }
         if (withdrawnPeers.contains(id)) {
             return true;
         }
         Long incarnation = incarnations.get(id);
-        String why = FetchFailures.nodeWithdrawn(rt, id, o.peer(), incarnation == null ? 0 : incarnation);
+        String why = FetchFailures.nodeWithdrawn(rt, id, r.peer(), incarnation == null ? 0 : incarnation);
         if (why == null) {
             return false;
         }
         withdrawnPeers.add(id);
-        rt.remote.forgetPeer(id, o.peer(), shuffleId);
+        rt.remote.forgetPeer(id, r.peer(), shuffleId);
         rt.reads.noteEnginePath(id, why);
         return true;
     }
 
     /** Every request the fetcher has not handed out goes through Spark's path; no more READs. */
     private void abandonReads() {
-        for (List<BlockOrigin> os : origins.values()) {
+        for (List<BlockOrigin> os : origins.removeAll()) {
             sparkPath.later(os);
         }
-        origins.clear();
         if (!readsAbandoned) {
             readsAbandoned = true;
             fetcher.close(); // buffers of READs still in flight come back as they land
         }
-    }
-
-    /**
-     * The origin a failure names, else that of the oldest block still outstanding. A failure is a
-     * result for a request not handed out yet, so {@code origins} still holds it (never empty here).
-     */
-    private BlockOrigin blame(FetchFailure f) {
-        List<BlockOrigin> os = f.request() == null ? null : origins.get(f.request());
-        if (os == null) {
-            BlockFetcher.Request oldest = fetcher.oldestOutstanding();
-            os = oldest == null ? null : origins.get(oldest);
-        }
-        return (os != null ? os : origins.values().iterator().next()).get(0);
     }
 
     /** Gives the block taken last back (its buffer, or its windows), with its READ metrics if streamed. */

@@ -53,7 +53,9 @@ import org.rdmashuffle.transport.RegionDescriptor;
  * that do not fit what the driver knows) comes out of {@link #next} as a {@link FetchFailure} naming
  * the request. What goes wrong on this executor — the pool exhausted by other tasks, an interrupted
  * wait for it — leaves {@link #add}, {@link #progress} or {@link #next} as a
- * {@link BufferPoolException}, which blames no peer.
+ * {@link BufferPoolException}, which blames no peer. What the reader then does — READ again, the engine's own
+ * path, blame the peer, or nothing because this executor's node failed — is decided once, for every engine, by
+ * {@link FailedReadClassifier}.
  */
 public final class BlockFetcher implements AutoCloseable {
     /**
@@ -410,7 +412,8 @@ public final class BlockFetcher implements AutoCloseable {
     private FetchFailure timedOut() {
         Request r = oldestOutstanding();
         String which = r == null ? "" : "; oldest outstanding: map index " + r.mapIndex() + " at " + r.peer();
-        return new FetchFailure(r, "no block arrived within " + timeoutMs + " ms" + which, null, true);
+        return new FetchFailure(r, FetchFailure.Kind.TIMEOUT, "no block arrived within " + timeoutMs + " ms" + which,
+                null, true);
     }
 
     /**
@@ -438,8 +441,10 @@ public final class BlockFetcher implements AutoCloseable {
 
     /**
      * Stops posting and returns every buffer: those of blocks that arrived but were not taken with
-     * {@link #next}, those of READs that landed now, and — through their completions — those of READs
-     * still in flight. Blocks already handed out stay valid until closed. Idempotent.
+     * {@link #next}, those of READs that landed now, those of the windows at hand of {@link Block#streamed()
+     * streamed} blocks, and — through their completions — those of READs still in flight. Blocks in one buffer
+     * handed out stay valid until closed; a streamed block ends with its fetcher (its windows are READ by it):
+     * reading it further fails with an {@link IllegalStateException}, closing it is harmless. Idempotent.
      */
     @Override
     public void close() {
@@ -447,6 +452,10 @@ public final class BlockFetcher implements AutoCloseable {
             return;
         }
         steps.clear(); // steps waiting to be posted hold no buffer
-        buffers.close(steps.ready());
+        try {
+            buffers.close(steps.ready());
+        } finally {
+            steps.fetcherClosed(); // streamed blocks handed out end with their fetcher
+        }
     }
 }

@@ -12,9 +12,19 @@ import org.rdmashuffle.transport.ReadStatus;
  * bytes {@code [first, end)} of the data file, READ a window of the largest buffer size at a time into at
  * most {@link #STREAM_WINDOWS} pooled buffers, read in order; each buffer goes back to the pool as soon as
  * it is read, and the next window's READ is posted then. The windows count in the byte budget, but one
- * window always goes, so a stream never waits on other blocks' budget. Task thread only, but for the
- * windows' completions (through {@link FetchBuffers}). Nothing is allocated per window: the window steps
- * are made once per stream and reused.
+ * window always goes, so a stream never waits on other blocks' budget; and a window read to its end while the
+ * stream holds no other passes its buffer on to the next window, so once its first window is taken a stream
+ * never waits for the pool (which blocks this task took up while the stream waited may hold). Task thread only,
+ * but for the windows' completions (through {@link FetchBuffers}). Nothing is allocated per window: the window
+ * steps are made once per stream and reused.
+ *
+ * <p><b>Lifetime.</b> A stream's windows are READ through its fetcher (its budget, its peers' channels, its
+ * queue of landed READs), so a streamed block ends with its fetcher: when the fetcher closes, the windows at
+ * hand go back at once, those in flight as they land, and the block's reads fail ({@link #fetcherClosed}).
+ *
+ * <p><b>Timeout.</b> A read waits for its window up to the request timeout, counted from the post of that
+ * window or the last landing of one of this stream's windows — not from other requests' landings, which say
+ * nothing about this stream's peer.
  */
 final class BlockStream {
     /** Window buffers (of the pool's largest size) one streamed block holds at most: posted, landed or read. */
@@ -156,22 +166,32 @@ final class BlockStream {
         if (failed != null) {
             throw new BlockFetcher.StreamFailed(failed);
         }
-        if (streamClosed || buffers.closed()) {
+        if (streamClosed) {
             throw new IllegalStateException("block closed");
+        }
+        if (buffers.closed()) {
+            throw new IllegalStateException("fetcher closed: a streamed block's windows are READ by its fetcher and "
+                    + "end with it");
         }
         if (reading && readAt < readLimit) {
             return true;
         }
+        RegisteredBuffer carried = null;
         if (reading) {
             FetchStep w = windows[(int) (taken % STREAM_WINDOWS)];
-            giveBack(w);
             reading = false;
             taken++;
+            if (posted == taken && postAt < end) {
+                w.windowReady = false;
+                carried = buffers.detach(w); // the only window held: its buffer carries the next one
+            } else {
+                giveBack(w);
+            }
         }
         if (position == end - first) {
             return false;
         }
-        fill();
+        fill(carried);
         FetchStep w = windows[(int) (taken % STREAM_WINDOWS)];
         long timeoutMs = steps.timeoutMs;
         long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
@@ -187,11 +207,14 @@ final class BlockStream {
                 throw new IllegalStateException("interrupted while fetching a shuffle block", e);
             }
             if (l == null) {
-                fail(RequestStateMachine.failure(request, "no block arrived within " + timeoutMs + " ms (the window "
-                        + "at byte " + position + " of a streamed block of " + (end - first) + " bytes)", null));
+                fail(RequestStateMachine.failure(request, FetchFailure.Kind.TIMEOUT, "no block arrived within "
+                        + timeoutMs + " ms (the window at byte " + position + " of a streamed block of "
+                        + (end - first) + " bytes)", null));
                 break;
             }
-            deadline = System.nanoTime() + timeoutNanos;
+            if (l.stream == this) {
+                deadline = System.nanoTime() + timeoutNanos; // only this stream's own windows say its peer answers
+            }
             steps.takeUpLanded(l);
         }
         waitNanos += System.nanoTime() - waitFrom;
@@ -201,19 +224,30 @@ final class BlockStream {
         reading = true;
         readAt = 0;
         readLimit = w.bytes;
-        fill(); // the window just taken may have made room for the next ones
+        fill(null); // the window just taken may have made room for the next ones
         return true;
     }
 
-    /** Posts the next windows while this stream holds fewer than {@link #STREAM_WINDOWS} and budgets allow. */
-    private void fill() {
+    /**
+     * Posts the next windows while this stream holds fewer than {@link #STREAM_WINDOWS} and budgets allow.
+     *
+     * @param carried the buffer of the window just read, when the stream held no other: the next window goes
+     *     into it, without asking the pool; else null
+     */
+    private void fill(RegisteredBuffer carried) {
         while (posted - taken < STREAM_WINDOWS && postAt < end) {
             int size = (int) Math.min(steps.windowBytes, end - postAt);
             boolean alone = posted == taken; // the stream holds nothing: it goes on whatever the budgets
             if (!alone && steps.budget.windowWaits(peer, size)) {
                 return;
             }
-            RegisteredBuffer b = alone ? buffers.acquire(size) : buffers.tryAcquire(size);
+            RegisteredBuffer b;
+            if (carried != null) {
+                b = carried;
+                carried = null;
+            } else {
+                b = alone ? buffers.acquire(size) : buffers.tryAcquire(size);
+            }
             if (b == null) {
                 return;
             }
@@ -246,8 +280,9 @@ final class BlockStream {
         }
         if (status != ReadStatus.SUCCESS) {
             giveBack(w);
-            fail(RequestStateMachine.failure(request, "data READ failed at byte " + (w.windowAt - first)
-                    + " of a streamed block of " + (end - first) + " bytes: " + ReadStatus.describe(status), null));
+            fail(RequestStateMachine.failure(request, FetchFailure.Kind.WINDOW, "data READ failed at byte "
+                    + (w.windowAt - first) + " of a streamed block of " + (end - first) + " bytes: "
+                    + ReadStatus.describe(status), null));
             return;
         }
         readNanos += w.landedNanos() - w.postedNanos;
@@ -269,6 +304,11 @@ final class BlockStream {
         reading = false;
     }
 
+    /** The fetcher closed: the windows at hand go back now, those in flight as they land; reads fail from now on. */
+    void fetcherClosed() {
+        releaseHeld();
+    }
+
     private void fail(FetchFailure f) {
         if (failed == null) {
             failed = f;
@@ -277,7 +317,11 @@ final class BlockStream {
     }
 
     void close() {
+        if (streamClosed) {
+            return;
+        }
         streamClosed = true;
         releaseHeld();
+        steps.streamClosed(this);
     }
 }

@@ -17,7 +17,9 @@ import org.rdmashuffle.pool.RegisteredBuffer;
  *   <li><i>Taken, READs not posted</i> — building or posting them failed: the step holds it and no
  *       completion will come; the task thread releases it at once ({@link #giveBack(FetchStep)}).
  *   <li><i>Posted, READs in flight</i> — the transport writes into it; the step holds the reference.
- *       Nobody releases it: its last completion decides ({@link #landed}).
+ *       Nobody releases it: its last completion decides ({@link #landed}). A post that threw after the
+ *       channel may have accepted some READs is the same ({@link #withhold}): the step keeps the buffer
+ *       until its last READ lands, however its request ended.
  *   <li><i>Landed, fetcher open</i> — the completion thread queues the step for the task thread and
  *       touches the buffer no more. The task thread takes it up: a slot, metadata or offsets buffer,
  *       and that of a failed data or window READ, it releases as soon as it is parsed
@@ -32,9 +34,10 @@ import org.rdmashuffle.pool.RegisteredBuffer;
  *   <li><i>In a block handed out by {@link BlockFetcher#next}</i>: the caller holds it; the block's
  *       {@code close()} releases it on the task thread ({@link #giveBack(RegisteredBuffer, long)}), also
  *       after the fetcher closed — a block handed out stays valid until closed.
- *   <li><i>A window at hand in a stream</i>: the stream holds it; read to its end, or the stream closed
- *       or failed, the task thread releases it ({@link #giveBack(FetchStep)}). A window still in flight
- *       then comes back as it lands (state 3 or 4).
+ *   <li><i>A window at hand in a stream</i>: the stream holds it; read to its end, or the stream closed,
+ *       failed or its fetcher closed, the task thread releases it ({@link #giveBack(FetchStep)}) — or, read
+ *       to its end while the stream holds no other window, passes it to the next window ({@link #detach}).
+ *       A window still in flight then comes back as it lands (state 3 or 4).
  * </ol>
  * A step waiting to be posted holds no buffer. Once the fetcher is closed the budget is no longer kept:
  * buffers given back after close are released but not uncharged.
@@ -77,15 +80,51 @@ final class FetchBuffers {
 
     /**
      * Releases the buffer {@code s} holds, if any, and uncharges it unless closed: its READs were never
-     * posted, or were taken up (task thread).
+     * posted, or were taken up (task thread). Not for a {@link #withhold withheld} step, whose READs may still
+     * land: its buffer goes back when they did.
      */
     void giveBack(FetchStep s) {
+        if (s.abandoned) {
+            return;
+        }
         if (s.buffer != null) {
             release(s);
             if (!closed) {
                 budget.uncharge(s.charged);
             }
         }
+    }
+
+    /**
+     * A post of {@code s} threw after the channel may have accepted some of its READs (state 2b): the step keeps
+     * its buffer, uncharged, until its last READ completes; then whoever takes the landed step up releases it
+     * ({@link #abandonedLanded}, or {@link #landed} after close). If some READs were never accepted, none lands
+     * and the buffer stays out of the pool: memory a READ may still write into is never reused.
+     */
+    void withhold(FetchStep s) {
+        s.abandoned = true;
+        if (!closed) {
+            budget.uncharge(s.charged);
+        }
+    }
+
+    /** A {@link #withhold withheld} step's READs all completed: its buffer goes back (task thread). */
+    void abandonedLanded(FetchStep s) {
+        s.abandoned = false;
+        release(s);
+    }
+
+    /**
+     * Takes the buffer of a window read to its end, uncharged, for the stream's next window, which charges it
+     * again when it is attached (state 7: the stream keeps holding it).
+     */
+    RegisteredBuffer detach(FetchStep s) {
+        RegisteredBuffer b = s.buffer;
+        s.buffer = null;
+        if (!closed) {
+            budget.uncharge(s.charged);
+        }
+        return b;
     }
 
     /** Takes a landed data step's buffer for its block, which holds it (and its charge) until closed. */

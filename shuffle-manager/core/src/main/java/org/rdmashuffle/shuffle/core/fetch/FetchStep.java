@@ -86,6 +86,11 @@ final class FetchStep implements ReadListener {
     boolean inFlight;
     /** This step's entries in the order of posts ({@link ReadPoster}), one per post; all but the last are stale. */
     int postedEntries;
+    /**
+     * Its post threw after the channel may have accepted some of its READs: its result is out (a failure), and
+     * its buffer stays with it until its last READ completes ({@link FetchBuffers#withhold}).
+     */
+    boolean abandoned;
     @SuppressWarnings("unused")
     private volatile int left;
     private volatile int status;
@@ -112,7 +117,10 @@ final class FetchStep implements ReadListener {
         return landedNanos;
     }
 
-    /** On the transport's thread (or the poster's, for READs a failing channel never accepted). */
+    /**
+     * On a transport thread, or on the thread that fails or closes the channel or node (see
+     * {@link ReadListener}); never inside the post that accepted the READ.
+     */
     @Override
     public void onReadComplete(long requestId, int st, int lengthBytes) {
         if (st != ReadStatus.SUCCESS) {

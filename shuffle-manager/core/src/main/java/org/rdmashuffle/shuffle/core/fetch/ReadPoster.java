@@ -15,8 +15,10 @@ import org.rdmashuffle.transport.TransportException;
  * of posts, so a timeout can blame the oldest READ still in flight. Task thread only; one batch and one
  * piece consumer serve every post, so posting allocates nothing.
  *
- * <p>A post that fails gives the buffer back at once ({@link FetchBuffers}) and returns the failure; the
- * caller queues it as the request's result or fails the stream.
+ * <p>A post that fails returns the failure; the caller queues it as the request's result or fails the stream.
+ * The buffer goes back at once when the channel says nothing was posted (a {@link TransportException}); after
+ * any other exception some READs may have been accepted, so the buffer stays out of the pool until they land
+ * ({@link FetchBuffers#withhold}).
  */
 final class ReadPoster {
     private final RdmaNode node;
@@ -136,11 +138,18 @@ final class ReadPoster {
         try {
             postTo(s);
             return null;
-        } catch (TransportException | RuntimeException e) {
-            // Nothing was posted: no completion will come.
+        } catch (TransportException e) {
+            // The channel's contract: nothing was posted, no completion will come.
             s.inFlight = false;
             budget.readsDone(s);
             buffers.giveBack(s);
+            return e;
+        } catch (RuntimeException e) {
+            // Anything else may come after the channel accepted some of the READs, which will land in the buffer:
+            // it must not go back to the pool before they all complete (if some were never accepted, never).
+            s.inFlight = false;
+            budget.readsDone(s);
+            buffers.withhold(s);
             return e;
         } finally {
             batch.clear();

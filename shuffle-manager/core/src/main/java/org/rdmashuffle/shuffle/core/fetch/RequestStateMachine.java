@@ -48,6 +48,8 @@ final class RequestStateMachine {
      * (taken up by {@link BlockFetcher#progress} or behind a failure), which hold pool buffers until closed.
      */
     private final ArrayDeque<Object> ready = new ArrayDeque<>();
+    /** Streams of blocks made and not closed yet: they end with the fetcher ({@link #fetcherClosed}). */
+    private final List<BlockStream> streams = new ArrayList<>();
     /** The two ends' offsets of a one-partition request, parsed here to allocate nothing. */
     private final long[] ends = new long[2];
     private long controlBytesRead;
@@ -67,7 +69,11 @@ final class RequestStateMachine {
     }
 
     static FetchFailure failure(Request r, String what, Throwable cause) {
-        return new FetchFailure(r, what + " (map index " + r.mapIndex() + " at " + r.peer() + ")", cause);
+        return failure(r, FetchFailure.Kind.READ, what, cause);
+    }
+
+    static FetchFailure failure(Request r, FetchFailure.Kind kind, String what, Throwable cause) {
+        return new FetchFailure(r, kind, what + " (map index " + r.mapIndex() + " at " + r.peer() + ")", cause, false);
     }
 
     /** Results for {@link BlockFetcher#next}: {@link Block}s and {@link FetchFailure}s. */
@@ -115,6 +121,18 @@ final class RequestStateMachine {
             p.waiting.clear();
         }
         poster.clear();
+    }
+
+    /** The fetcher closed (after {@link FetchBuffers#close}): every stream not closed gives back its windows at hand. */
+    void fetcherClosed() {
+        for (int i = streams.size() - 1; i >= 0; i--) {
+            streams.get(i).fetcherClosed();
+        }
+        streams.clear();
+    }
+
+    void streamClosed(BlockStream s) {
+        streams.remove(s);
     }
 
     long controlBytesRead() {
@@ -207,7 +225,7 @@ final class RequestStateMachine {
         long bytes = s.endOffset - s.firstOffset;
         String wrongSize = PeerClaims.blockSize(r, bytes);
         if (wrongSize != null) {
-            return failure(r, wrongSize, null);
+            return failure(r, FetchFailure.Kind.SIZE, wrongSize, null);
         }
         if (bytes == 0) {
             return new Block(buffers, r, null, 0, 0, null, null, null);
@@ -222,8 +240,9 @@ final class RequestStateMachine {
         if (bytes > windowBytes) {
             // larger than the pool's largest buffer (or than 2 GiB): handed out now, READ window by window
             // as it is read
-            return new Block(buffers, r, null, bytes, 0, null, s.window,
-                    new BlockStream(this, r, s.peer, m, s.firstOffset, s.endOffset));
+            BlockStream stream = new BlockStream(this, r, s.peer, m, s.firstOffset, s.endOffset);
+            streams.add(stream);
+            return new Block(buffers, r, null, bytes, 0, null, s.window, stream);
         }
         s.phase = Phase.DATA;
         s.metadata = m;
@@ -254,6 +273,10 @@ final class RequestStateMachine {
      * @return the step's result (a {@link Block} or a {@link FetchFailure}), or null when it goes on
      */
     Object takeUp(FetchStep s) {
+        if (s.abandoned) {
+            buffers.abandonedLanded(s); // its post failed part-way: its result is out already
+            return null;
+        }
         s.inFlight = false;
         budget.readsDone(s);
         poster.prune();
