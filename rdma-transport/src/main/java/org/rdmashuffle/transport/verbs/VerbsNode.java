@@ -45,10 +45,11 @@ import org.slf4j.LoggerFactory;
  * learns the rdma_cm port there, and a READ the peer refuses is diagnosed there. READ data never
  * crosses it.
  *
- * <p>The node's jobs are in classes of their own: the control path ({@link VerbsControl}), who may connect
- * a queue pair here ({@link QueuePairAcceptor}), registered memory ({@link VerbsMemory}) and the
- * completion queue's room ({@link CompletionRoom}). What stays here opens channels, handles a device
- * that stops working, counts, and closes everything.
+ * <p>The node's jobs are in classes of their own: the control path ({@link VerbsControl}), opening
+ * channels ({@link ChannelOpener}), who may connect a queue pair here ({@link QueuePairAcceptor}),
+ * registered memory ({@link VerbsMemory}) and the completion queue's room ({@link CompletionRoom}). What
+ * stays here starts and closes them, keeps the channels by peer, checks their timeouts, handles a device
+ * that stops working, and counts.
  */
 public final class VerbsNode implements RdmaNode {
     private static final Logger LOG = LoggerFactory.getLogger(VerbsNode.class);
