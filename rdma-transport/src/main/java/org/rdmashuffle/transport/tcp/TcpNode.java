@@ -25,6 +25,7 @@ import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.Realms;
 import org.rdmashuffle.transport.RegionAccess;
+import org.rdmashuffle.transport.SinkRegistrar;
 import org.rdmashuffle.transport.TransportException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -323,12 +324,7 @@ public final class TcpNode implements RdmaNode {
 
     @Override
     public Registrar sinkRegistrar() {
-        return memory -> {
-            if (closed) { // not the host refusing memory (an IOException to the pool): the node is gone
-                throw new IllegalStateException("node " + address + " is closed");
-            }
-            return register(memory, RegionAccess.READ_SINK);
-        };
+        return new SinkRegistrar(this, () -> closed);
     }
 
     /** {@code n} READs accepted by one of this node's channels. */

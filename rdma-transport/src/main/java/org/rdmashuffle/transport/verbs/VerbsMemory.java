@@ -1,0 +1,142 @@
+package org.rdmashuffle.transport.verbs;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import org.rdmashuffle.transport.Mappings;
+import org.rdmashuffle.transport.Mappings.FileMemory;
+import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.RegionAccess;
+import org.rdmashuffle.transport.TransportException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A verbs node's registered memory: every region by rkey (what a peer's diagnosis looks up), the bytes
+ * registered, and how map output files are registered on this device (a read-only mapping, else a
+ * read-write one, else a copy: each step down logged once).
+ */
+final class VerbsMemory {
+    private static final Logger LOG = LoggerFactory.getLogger(VerbsNode.class); // the node's log, as before the split
+
+    private final VerbsNode node;
+    private final VerbsDevice verbs;
+    /** Whether the device is iWARP, whose READ sinks must be remote-writable. */
+    private final boolean iwarp;
+    private final Map<Integer, VerbsRegion> regions = new ConcurrentHashMap<>();
+    private final AtomicLong registeredBytes = new AtomicLong();
+    private volatile FileMemory fileMode = FileMemory.READ_ONLY;
+
+    VerbsMemory(VerbsNode node, VerbsDevice verbs) {
+        this.node = node;
+        this.verbs = verbs;
+        this.iwarp = isIwarp(verbs.name());
+    }
+
+    /**
+     * Whether {@code device} is an iWARP RNIC ({@code node_type} 4 in sysfs); true when that cannot be
+     * read, since a remote-writable sink works on every device while a local-only one fails on iWARP.
+     */
+    private static boolean isIwarp(String device) {
+        try {
+            String type = Files.readString(Path.of("/sys/class/infiniband", device, "node_type")).trim();
+            return type.startsWith("4");
+        } catch (IOException | RuntimeException e) {
+            LOG.info("verbs: cannot read the node type of {} ({}); registering READ sinks remote-writable, as "
+                    + "iWARP needs", device, e.toString());
+            return true;
+        }
+    }
+
+    /** See {@link VerbsNode#registerFile}. */
+    VerbsRegion registerFile(Path file, long offset, int length) throws IOException {
+        for (;;) {
+            FileMemory mode = fileMode;
+            ByteBuffer memory = null;
+            try {
+                memory = Mappings.fileRange(file, offset, length, mode);
+                return add(memory, RegionAccess.REMOTE_READ, true);
+            } catch (TransportException e) {
+                if (memory != null) {
+                    Mappings.unmap(memory);
+                }
+                if (mode == FileMemory.COPY || node.isClosed()) {
+                    throw e;
+                }
+                stepDown(mode, e.getMessage());
+            } catch (IOException e) {
+                if (memory != null) {
+                    Mappings.unmap(memory);
+                }
+                if (mode != FileMemory.READ_WRITE) {
+                    throw e;
+                }
+                stepDown(mode, "cannot open " + file + " for a read-write mapping: " + e.getMessage());
+            } catch (RuntimeException e) {
+                if (memory != null) {
+                    Mappings.unmap(memory);
+                }
+                throw e;
+            }
+        }
+    }
+
+    private synchronized void stepDown(FileMemory from, String why) {
+        if (fileMode != from) {
+            return;
+        }
+        fileMode = FileMemory.values()[from.ordinal() + 1];
+        LOG.info("verbs: the device did not register a {} ({}); registering map outputs as {} from now on",
+                from == FileMemory.READ_ONLY ? "read-only file mapping" : "read-write file mapping", why,
+                from == FileMemory.READ_ONLY ? "read-write mappings (never written)" : "copies in registered memory");
+    }
+
+    /** Registers {@code memory} for {@code access}; the region unmaps it when closed if {@code ownsMapping}. */
+    VerbsRegion add(ByteBuffer memory, RegionAccess access, boolean ownsMapping) throws IOException {
+        node.ensureOpen();
+        // Served memory: REMOTE_READ only (a read-only file mapping cannot be registered writable). READ
+        // sinks: LOCAL_WRITE, and on iWARP also REMOTE_WRITE, which iWARP requires of the buffer a READ
+        // response lands in (RoCE and InfiniBand do not: there a sink cannot be written by any peer).
+        int flags = access == RegionAccess.REMOTE_READ ? VerbsDevice.ACCESS_REMOTE_READ
+                : iwarp ? VerbsDevice.ACCESS_LOCAL_WRITE | VerbsDevice.ACCESS_REMOTE_WRITE : VerbsDevice.ACCESS_LOCAL_WRITE;
+        VerbsDevice.Memory mr = verbs.register(memory, flags);
+        VerbsRegion r = new VerbsRegion(node, mr, memory, access, ownsMapping);
+        regions.put(r.rkey, r);
+        registeredBytes.addAndGet(r.length);
+        if (node.isClosed()) {
+            r.close();
+            node.ensureOpen();
+        }
+        return r;
+    }
+
+    void deregistered(VerbsRegion r) {
+        regions.remove(r.rkey, r);
+        registeredBytes.addAndGet(-r.length);
+    }
+
+    /** What a READ of {@code len} bytes at {@code addr} under {@code rkey} gets here. */
+    int check(int rkey, long addr, int len) {
+        VerbsRegion r = regions.get(rkey);
+        return r == null ? ReadStatus.UNKNOWN_KEY : r.check(addr, len);
+    }
+
+    int regionCount() {
+        return regions.size();
+    }
+
+    long registeredBytes() {
+        return registeredBytes.get();
+    }
+
+    /** Closes every region (the node is closing). */
+    void closeAll() {
+        for (VerbsRegion r : regions.values().toArray(new VerbsRegion[0])) {
+            r.close();
+        }
+    }
+}
