@@ -128,12 +128,11 @@ final class ChunkStore {
         Registration reg;
         try {
             reg = registrar.register(memory);
-        } catch (IOException e) { // the host's or device's limits: see Registrar
+        } catch (IOException | RuntimeException e) {
             DirectMemory.free(memory);
-            throw new BufferPoolException("cannot register " + ByteSizes.format(bytes) + ": " + e.getMessage(), e, true);
-        } catch (RuntimeException e) {
-            DirectMemory.free(memory);
-            throw new BufferPoolException("cannot register " + ByteSizes.format(bytes) + ": " + e.getMessage(), e);
+            // An IOException is the host's or device's limits (see Registrar): memory unavailable.
+            throw new BufferPoolException("cannot register " + ByteSizes.format(bytes) + ": " + e.getMessage(), e,
+                    e instanceof IOException);
         }
         registrations++;
         registeredBytes += bytes;
