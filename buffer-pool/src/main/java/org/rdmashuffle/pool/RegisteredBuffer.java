@@ -24,7 +24,7 @@ public final class RegisteredBuffer {
     }
 
     final BufferPool pool;
-    final BufferPool.Chunk chunk;
+    final Chunk chunk;
     final int sizeClass;
     private final int chunkOffset;
     private final int capacity;
@@ -32,9 +32,9 @@ public final class RegisteredBuffer {
     private final ByteBuffer transportView;
     @SuppressWarnings("unused")
     private volatile int refCnt;
-    volatile BufferPool.LeakTracker tracker;
+    volatile LeakTracker tracker;
 
-    RegisteredBuffer(BufferPool pool, BufferPool.Chunk chunk, int sizeClass, int chunkOffset, int capacity) {
+    RegisteredBuffer(BufferPool pool, Chunk chunk, int sizeClass, int chunkOffset, int capacity) {
         this.pool = pool;
         this.chunk = chunk;
         this.sizeClass = sizeClass;
@@ -122,7 +122,7 @@ public final class RegisteredBuffer {
 
     /** Records {@code hint} as the buffer's last user, shown if it leaks (tracked buffers only). */
     public RegisteredBuffer touch(Object hint) {
-        BufferPool.LeakTracker t = tracker;
+        LeakTracker t = tracker;
         if (t != null) {
             t.hint = hint;
         }
