@@ -18,11 +18,22 @@ package org.rdmashuffle.transport;
  *     channel that failed or went idle, or a queue pair replaced after an error)
  * @param connectionsRefused connections from peers this node refused (past a limit, failed handshake or
  *     authentication, queue pairs no authenticated peer announced)
+ * @param connectionsEvictedIdle tcp: handshaken connections closed, at {@code maxConnections}, because they had been
+ *     silent longest (a second at least) when a new connection came; 0 on verbs
  */
 public record NodeStats(long readsCompleted, long readsFailed, long bytesRead, long readsServed, long readsRefused,
                         long bytesServed, int registeredRegions, long registeredBytes, int openChannels,
-                        long readsPosted, long channelsOpened, long reconnects, long connectionsRefused)
+                        long readsPosted, long channelsOpened, long reconnects, long connectionsRefused,
+                        long connectionsEvictedIdle)
         implements java.io.Serializable {
     private static final long serialVersionUID = 1L;
+
+    /** Counters of a provider that never evicts idle connections. */
+    public NodeStats(long readsCompleted, long readsFailed, long bytesRead, long readsServed, long readsRefused,
+                     long bytesServed, int registeredRegions, long registeredBytes, int openChannels,
+                     long readsPosted, long channelsOpened, long reconnects, long connectionsRefused) {
+        this(readsCompleted, readsFailed, bytesRead, readsServed, readsRefused, bytesServed, registeredRegions,
+                registeredBytes, openChannels, readsPosted, channelsOpened, reconnects, connectionsRefused, 0);
+    }
 
 }

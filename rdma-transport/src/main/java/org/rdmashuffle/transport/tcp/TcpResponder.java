@@ -162,6 +162,7 @@ final class TcpResponder implements Runnable {
     /** Of {@link #connectionsRefused}: those refused because their source address held its cap. */
     volatile long connectionsRefusedPerAddress;
     volatile long connectionsClosedByLimit;
+    volatile long connectionsEvictedIdle;
     volatile int connectionCount;
 
     TcpResponder(TcpNode node, ServerSocketChannel server, RegionTable table, ControlHandler handler, byte[] secret,
