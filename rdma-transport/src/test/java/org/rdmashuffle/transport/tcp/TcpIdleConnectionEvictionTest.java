@@ -193,4 +193,104 @@ class TcpIdleConnectionEvictionTest {
             }
         }
     }
+
+    /** Sends, on each socket every 200 ms, a keep-alive (a whole frame) or one byte of a frame that never completes. */
+    private static Thread sender(List<Socket> sockets, boolean wholeFrames) {
+        Thread t = new Thread(() -> {
+            byte[] keepAlive = ByteBuffer.allocate(Wire.REQUEST_HEADER_BYTES).put(Wire.OP_CONTROL).array();
+            try {
+                for (int n = 0; !Thread.currentThread().isInterrupted(); n++) {
+                    for (Socket s : sockets) {
+                        if (wholeFrames) {
+                            s.getOutputStream().write(keepAlive);
+                        } else if (n < Wire.REQUEST_HEADER_BYTES - 1) {
+                            s.getOutputStream().write(Wire.OP_READ); // a header that never completes
+                        }
+                    }
+                    Thread.sleep(200);
+                }
+            } catch (InterruptedException | java.io.IOException e) {
+                // stopped, or the node reset a socket: the test's assertions say which
+            }
+        }, "eviction-test-sender");
+        t.setDaemon(true);
+        t.start();
+        return t;
+    }
+
+    /** Outcome of one newcomer's handshake on {@code server} from {@code source}. */
+    private static int newcomer(TcpNode server, InetAddress source, List<Socket> held) throws Exception {
+        Socket s = TcpAttacks.open(target(server), source, 5000);
+        held.add(s);
+        try {
+            return TcpAttacks.handshake(s, null);
+        } catch (java.io.IOException resetWhenRefused) {
+            return Wire.HS_BUSY;
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldEvictNoneAndKeepServingWhenEveryOtherConnectionSendsAFrameEachSecond() throws Exception {
+        RdmaShuffleConf conf = conf("maxConnections", "4");
+        ByteBuffer content = TcpAttacks.content(35, REGION_BYTES);
+        List<Socket> held = new ArrayList<>();
+        Thread keepAlives = null;
+        try (TcpNode server = new TcpNode(conf, NodeOptions.loopback());
+             TcpNode client = new TcpNode(conf, new NodeOptions("127.0.0.1", "127.0.0.1", ControlHandler.NONE, null))) {
+            RegionDescriptor d = server.register(content, RegionAccess.REMOTE_READ).descriptor();
+            RdmaChannel ch = client.connect(server.localAddress());
+            ByteBuffer sinkMem = ByteBuffer.allocateDirect(4096);
+            try (MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK);
+                 TcpAttacks.IdleHandshaken flood = new TcpAttacks.IdleHandshaken(target(server), loopbackAliases(3), 3,
+                         null)) {
+                assertEquals(3, flood.held.size(), "the node is full: " + flood);
+                keepAlives = sender(flood.held, true);
+                Thread.sleep(1500); // the honest channel now silent for more than a second, the flood not
+                for (int i = 0; i < 5; i++) {
+                    readAndCheck(ch, sink, sinkMem, d, content, 4096 * i, 4096);
+                    assertEquals(Wire.HS_BUSY, newcomer(server, loopbackAliases(4)[3], held),
+                            "no connection silent for a second, so the newcomer is refused");
+                }
+                assertEquals(0, server.connectionsEvictedIdle(), "none evicted");
+                readAndCheck(ch, sink, sinkMem, d, content, 8192, 4096);
+            }
+            assertTrue(ch.isOpen(), "the honest channel was never closed");
+            assertEquals(1, client.stats().channelsOpened(), "and never opened again");
+        } finally {
+            if (keepAlives != null) {
+                keepAlives.interrupt();
+                keepAlives.join(5000);
+            }
+            for (Socket s : held) {
+                s.close();
+            }
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldEvictAConnectionWhenItOnlyTricklesBytesOfAFrameThatNeverCompletes() throws Exception {
+        RdmaShuffleConf conf = conf("maxConnections", "3");
+        List<Socket> held = new ArrayList<>();
+        Thread trickle = null;
+        try (TcpNode server = new TcpNode(conf, NodeOptions.loopback());
+             TcpAttacks.IdleHandshaken flood = new TcpAttacks.IdleHandshaken(target(server), loopbackAliases(3), 3,
+                     null)) {
+            assertEquals(3, flood.held.size(), "the node is full: " + flood);
+            trickle = sender(flood.held, false);
+            Thread.sleep(1500);
+            assertEquals(Wire.HS_OK, newcomer(server, loopbackAliases(4)[3], held),
+                    "bytes of a frame that never completes are no activity: a trickler makes room");
+            assertEquals(1, server.connectionsEvictedIdle(), "one evicted");
+        } finally {
+            if (trickle != null) {
+                trickle.interrupt();
+                trickle.join(5000);
+            }
+            for (Socket s : held) {
+                s.close();
+            }
+        }
+    }
 }
