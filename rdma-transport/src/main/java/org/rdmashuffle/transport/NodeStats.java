@@ -21,19 +21,21 @@ package org.rdmashuffle.transport;
  * @param regionsLeaked regions of this process whose deregistration failed: their memory is kept (mapped,
  *     reachable) for good, since the device may still write into it or serve it, and the node that held
  *     each has failed (verbs only; counted for the process, so a node started after a failed one shows them)
+ * @param connectionsEvictedIdle tcp: handshaken connections closed, at {@code maxConnections}, because they had been
+ *     silent longest (a second at least) when a new connection came (verbs: its tcp control node's)
  */
 public record NodeStats(long readsCompleted, long readsFailed, long bytesRead, long readsServed, long readsRefused,
                         long bytesServed, int registeredRegions, long registeredBytes, int openChannels,
                         long readsPosted, long channelsOpened, long reconnects, long connectionsRefused,
-                        long regionsLeaked)
+                        long regionsLeaked, long connectionsEvictedIdle)
         implements java.io.Serializable {
     private static final long serialVersionUID = 1L;
 
-    /** Counters of a node that never leaks a region (its deregistration cannot fail: tcp). */
+    /** Counters of a node that neither leaks a region nor evicts idle connections. */
     public NodeStats(long readsCompleted, long readsFailed, long bytesRead, long readsServed, long readsRefused,
                      long bytesServed, int registeredRegions, long registeredBytes, int openChannels,
                      long readsPosted, long channelsOpened, long reconnects, long connectionsRefused) {
         this(readsCompleted, readsFailed, bytesRead, readsServed, readsRefused, bytesServed, registeredRegions,
-                registeredBytes, openChannels, readsPosted, channelsOpened, reconnects, connectionsRefused, 0);
+                registeredBytes, openChannels, readsPosted, channelsOpened, reconnects, connectionsRefused, 0, 0);
     }
 }

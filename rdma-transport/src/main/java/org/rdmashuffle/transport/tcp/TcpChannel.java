@@ -1,11 +1,9 @@
 package org.rdmashuffle.transport.tcp;
 
-import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.SocketChannel;
-import java.util.ArrayDeque;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
@@ -33,17 +31,13 @@ import org.slf4j.LoggerFactory;
  * channel when no reply came for the timeout since it was posted or since the last reply, whichever
  * is later. With nothing outstanding the channel sends an empty control message (a keep-alive) now
  * and then, so the peer's idle timeout never closes a live channel.
+ *
+ * <p>Its pieces: {@link RequestRing} holds the requests in post order (ring and overflow),
+ * {@link ReplyReader} reads the replies; this class posts, sends, completes, times out and fails.
  */
 final class TcpChannel implements RdmaChannel {
     private static final Logger LOG = LoggerFactory.getLogger(TcpChannel.class);
-    private static final byte KIND_READ = 1;
-    private static final byte KIND_CONTROL = 2;
-    /** READs at least this long have their header read alone, so the payload lands directly in place. */
-    private static final int DIRECT_PAYLOAD_BYTES = 4096;
-    private static final int IO_BUFFER_BYTES = 64 << 10;
-    private static final int RX_HEADER = 0;
-    private static final int RX_PAYLOAD = 1;
-    private static final int RX_CONTROL = 2;
+    static final int IO_BUFFER_BYTES = 64 << 10;
 
     private final TcpNode node;
     private final NodeAddress peer;
@@ -52,26 +46,10 @@ final class TcpChannel implements RdmaChannel {
     private final long timeoutNanos;
     private final int maxControlBytes;
 
-    // The ring, indexed by sequence & mask.
-    private final int mask;
-    private final byte[] kind;
-    private final long[] remoteAddress;
-    private final int[] rkey;
-    private final int[] length;
-    private final ByteBuffer[] dst;
-    private final int[] dstOffset;
-    private final long[] requestId;
-    private final ReadListener[] listener;
-    private final ByteBuffer[] controlPayload;
-    private final Object[] controlFuture;
-    private final long[] postNanos;
-
+    /** The requests in post order; guarded by {@code lock} as {@link RequestRing} says. */
+    private final RequestRing ring;
     private final ReentrantLock lock = new ReentrantLock();
-    /** Requests posted while the ring was full, in post order; guarded by lock. */
-    private final ArrayDeque<Queued> overflow = new ArrayDeque<>();
     private static final ByteBuffer KEEP_ALIVE = ByteBuffer.allocate(0);
-    private volatile long head;
-    private volatile long tail;
     private volatile boolean open = true;
     private volatile boolean closeRequested;
     /** What a post to this channel once closed reports: IDLE_CLOSED after an idle close, else CHANNEL_CLOSED. */
@@ -85,21 +63,10 @@ final class TcpChannel implements RdmaChannel {
 
     // Requester thread only.
     SelectionKey key;
-    private long sent;
+    private final ReplyReader replies;
     private final ByteBuffer tx = ByteBuffer.allocateDirect(IO_BUFFER_BYTES);
     private ByteBuffer txExtra;
     private final ByteBuffer[] gather = new ByteBuffer[2];
-    private final ByteBuffer rx = ByteBuffer.allocateDirect(IO_BUFFER_BYTES).flip();
-    private int rxState = RX_HEADER;
-    private ByteBuffer curDst;
-    /**
-     * Where the pending payload resumes and ends in {@code curDst}. Destination views are shared by
-     * every channel of the node (all driven by its one requester thread), so a channel sets position and
-     * limit again before each read instead of leaving them in the view for another channel to move.
-     */
-    private int curDstPosition;
-    private int curDstLimit;
-    private ByteBuffer curControl;
     private boolean failed;
     /** When the last reply completed (or the channel opened); requester thread only. */
     private long lastReplyNanos = System.nanoTime();
@@ -115,19 +82,8 @@ final class TcpChannel implements RdmaChannel {
         this.window = window;
         this.timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
         this.maxControlBytes = maxControlBytes;
-        int cap = Integer.highestOneBit(Math.max(2, window + queueDepth) - 1) << 1;
-        this.mask = cap - 1;
-        kind = new byte[cap];
-        remoteAddress = new long[cap];
-        rkey = new int[cap];
-        length = new int[cap];
-        dst = new ByteBuffer[cap];
-        dstOffset = new int[cap];
-        requestId = new long[cap];
-        listener = new ReadListener[cap];
-        controlPayload = new ByteBuffer[cap];
-        controlFuture = new Object[cap];
-        postNanos = new long[cap];
+        this.ring = new RequestRing(window + queueDepth);
+        this.replies = new ReplyReader(this, socket, ring, maxControlBytes);
     }
 
     @Override
@@ -180,24 +136,8 @@ final class TcpChannel implements RdmaChannel {
             long now = System.nanoTime();
             lastUsedNanos = now;
             for (int k = 0; k < n; k++) {
-                ByteBuffer sink = sinkOf(batch, k);
-                if (!overflow.isEmpty() || tail - head > mask) {
-                    overflow.add(new Queued(KIND_READ, batch.remoteAddress(k), batch.rkey(k), batch.length(k), sink,
-                            batch.dstOffset(k), batch.requestId(k), l, null, null, now));
-                    continue;
-                }
-                long seq = tail;
-                int i = (int) seq & mask;
-                kind[i] = KIND_READ;
-                remoteAddress[i] = batch.remoteAddress(k);
-                rkey[i] = batch.rkey(k);
-                length[i] = batch.length(k);
-                dst[i] = sink;
-                dstOffset[i] = batch.dstOffset(k);
-                requestId[i] = batch.requestId(k);
-                listener[i] = l;
-                postNanos[i] = now;
-                tail = seq + 1;
+                ring.addRead(batch.remoteAddress(k), batch.rkey(k), batch.length(k), sinkOf(batch, k),
+                        batch.dstOffset(k), batch.requestId(k), l, now);
             }
         } finally {
             lock.unlock();
@@ -205,33 +145,6 @@ final class TcpChannel implements RdmaChannel {
         node.countPosted(n);
         wantsFlush = true;
         node.requester().wakeup();
-    }
-
-    /** A request posted while the ring was full. */
-    private record Queued(byte kind, long remoteAddress, int rkey, int length, ByteBuffer dst, int dstOffset,
-                          long requestId, ReadListener listener, ByteBuffer controlPayload,
-                          CompletableFuture<ByteBuffer> controlFuture, long postNanos) {
-    }
-
-    /** Moves overflowed requests into free ring slots. Called with the lock held. */
-    private void refillFromOverflow() {
-        Queued q;
-        while (tail - head <= mask && (q = overflow.poll()) != null) {
-            long seq = tail;
-            int i = (int) seq & mask;
-            kind[i] = q.kind();
-            remoteAddress[i] = q.remoteAddress();
-            rkey[i] = q.rkey();
-            length[i] = q.length();
-            dst[i] = q.dst();
-            dstOffset[i] = q.dstOffset();
-            requestId[i] = q.requestId();
-            listener[i] = q.listener();
-            controlPayload[i] = q.controlPayload();
-            controlFuture[i] = q.controlFuture();
-            postNanos[i] = q.postNanos();
-            tail = seq + 1;
-        }
     }
 
     @Override
@@ -264,18 +177,7 @@ final class TcpChannel implements RdmaChannel {
             if (!open) {
                 return false;
             }
-            long now = System.nanoTime();
-            if (!overflow.isEmpty() || tail - head > mask) {
-                overflow.add(new Queued(KIND_CONTROL, 0, 0, 0, null, 0, 0, null, payload, f, now));
-            } else {
-                long seq = tail;
-                int i = (int) seq & mask;
-                kind[i] = KIND_CONTROL;
-                controlPayload[i] = payload;
-                controlFuture[i] = f;
-                postNanos[i] = now;
-                tail = seq + 1;
-            }
+            ring.addControl(payload, f, System.nanoTime());
         } finally {
             lock.unlock();
         }
@@ -292,7 +194,7 @@ final class TcpChannel implements RdmaChannel {
      */
     void onTick(long now) {
         checkTimeout(now);
-        if (!open || head != tail) {
+        if (!open || ring.head != ring.tail) {
             return;
         }
         long unused = now - lastUsedNanos;
@@ -313,7 +215,7 @@ final class TcpChannel implements RdmaChannel {
     private boolean closeIfStillUnused(long now) {
         lock.lock();
         try {
-            if (head == tail && overflow.isEmpty() && now - lastUsedNanos > idleNanos) {
+            if (ring.isIdle() && now - lastUsedNanos > idleNanos) {
                 closedStatus = ReadStatus.IDLE_CLOSED;
                 open = false;
                 return true;
@@ -371,15 +273,17 @@ final class TcpChannel implements RdmaChannel {
         boolean any = false;
         lock.lock();
         try {
-            long t = tail;
-            while (sent < t && sent - head < window && tx.remaining() >= Wire.REQUEST_HEADER_BYTES
+            RequestRing r = ring;
+            long t = r.tail;
+            while (r.sent < t && r.sent - r.head < window && tx.remaining() >= Wire.REQUEST_HEADER_BYTES
                     && txExtra == null) {
-                int i = (int) sent & mask;
-                if (kind[i] == KIND_READ) {
-                    tx.put(Wire.OP_READ).put((byte) 0).putShort((short) 0).putInt((int) sent).putInt(length[i])
-                            .putInt(rkey[i]).putLong(remoteAddress[i]);
+                long sent = r.sent;
+                int i = r.slot(sent);
+                if (r.kind[i] == RequestRing.KIND_READ) {
+                    tx.put(Wire.OP_READ).put((byte) 0).putShort((short) 0).putInt((int) sent).putInt(r.length[i])
+                            .putInt(r.rkey[i]).putLong(r.remoteAddress[i]);
                 } else {
-                    ByteBuffer p = controlPayload[i];
+                    ByteBuffer p = r.controlPayload[i];
                     tx.put(Wire.OP_CONTROL).put((byte) 0).putShort((short) 0).putInt((int) sent)
                             .putInt(p.remaining()).putInt(0).putLong(0);
                     if (p.remaining() <= tx.remaining()) {
@@ -387,9 +291,9 @@ final class TcpChannel implements RdmaChannel {
                     } else {
                         txExtra = p.duplicate();
                     }
-                    controlPayload[i] = null;
+                    r.controlPayload[i] = null;
                 }
-                sent++;
+                r.sent = sent + 1;
                 any = true;
                 lastActivityNanos = System.nanoTime();
             }
@@ -399,169 +303,32 @@ final class TcpChannel implements RdmaChannel {
         return any;
     }
 
-    /** Reads and completes every reply the socket has. */
+    /** Reads and completes every reply the socket has, then sends what the completions freed room for. */
     void onReadable() throws IOException {
-        boolean completed = false;
-        for (;;) {
-            if (rxState == RX_HEADER) {
-                if (rx.remaining() < Wire.REPLY_HEADER_BYTES) {
-                    if (!fillRx()) {
-                        break;
-                    }
-                    continue;
-                }
-                completed |= onHeader();
-            } else {
-                ByteBuffer target;
-                if (rxState == RX_PAYLOAD) {
-                    target = curDst;
-                    target.clear().limit(curDstLimit).position(curDstPosition);
-                } else {
-                    target = curControl;
-                }
-                int r = socket.read(target);
-                if (rxState == RX_PAYLOAD) {
-                    curDstPosition = target.position();
-                }
-                if (r < 0) {
-                    throw new EOFException("peer closed the connection mid-reply");
-                }
-                if (target.hasRemaining()) {
-                    if (r == 0) {
-                        break;
-                    }
-                    continue;
-                }
-                if (rxState == RX_PAYLOAD) {
-                    curDst = null;
-                    completeRead(ReadStatus.SUCCESS, length[(int) head & mask]);
-                } else {
-                    curControl = null;
-                    completeControl(ReadStatus.SUCCESS, target.flip());
-                }
-                rxState = RX_HEADER;
-                completed = true;
-            }
-        }
-        if (completed && open) {
+        if (replies.read() && open) {
             flushWrites();
         }
     }
 
-    private boolean fillRx() throws IOException {
-        rx.compact();
-        long h = head;
-        int i = (int) h & mask;
-        if (h < sent && kind[i] == KIND_READ && length[i] >= DIRECT_PAYLOAD_BYTES) {
-            rx.limit(Wire.REPLY_HEADER_BYTES);
-        }
-        int r = socket.read(rx);
-        rx.flip();
-        if (r < 0) {
-            if (head == tail && !rx.hasRemaining()) {
-                throw new IdleClosed();
-            }
-            throw new EOFException("peer closed the connection");
-        }
-        return r > 0;
-    }
-
-    /** Handles one reply header; true when it completed a request. */
-    private boolean onHeader() throws IOException {
-        byte op = rx.get();
-        int status = rx.get() & 0xFF;
-        rx.getShort();
-        int id = rx.getInt();
-        int len = rx.getInt();
-        if (op == Wire.OP_ERROR) {
-            fail(status == 0 ? ReadStatus.PROTOCOL_ERROR : status, "peer rejected a request as "
-                    + ReadStatus.describe(status));
-            return false;
-        }
-        long h = head;
-        if (h >= sent) {
-            throw new ProtocolException("reply with no request outstanding");
-        }
-        int i = (int) h & mask;
-        if (id != (int) h) {
-            throw new ProtocolException("reply for request " + id + " while " + (int) h + " is due");
-        }
-        if (kind[i] == KIND_READ) {
-            if (op != Wire.OP_READ_REPLY) {
-                throw new ProtocolException("opcode " + op + " in reply to a READ");
-            }
-            if (status != ReadStatus.SUCCESS) {
-                if (len != 0) {
-                    throw new ProtocolException("error reply with a payload");
-                }
-                completeRead(status, 0);
-                return true;
-            }
-            if (len != length[i]) {
-                throw new ProtocolException("READ reply of " + len + " bytes for a READ of " + length[i]);
-            }
-            ByteBuffer d = dst[i];
-            int off = dstOffset[i];
-            d.clear().position(off).limit(off + len);
-            drainRxInto(d);
-            if (d.hasRemaining()) {
-                curDst = d;
-                curDstPosition = d.position();
-                curDstLimit = off + len;
-                rxState = RX_PAYLOAD;
-                return false;
-            }
-            completeRead(ReadStatus.SUCCESS, len);
-            return true;
-        }
-        if (op != Wire.OP_CONTROL_REPLY) {
-            throw new ProtocolException("opcode " + op + " in reply to a control message");
-        }
-        if (status != ReadStatus.SUCCESS) {
-            completeControl(status, null);
-            return true;
-        }
-        if (len < 0 || len > maxControlBytes) {
-            throw new ProtocolException("control reply of " + len + " bytes");
-        }
-        ByteBuffer c = ByteBuffer.allocate(len);
-        drainRxInto(c);
-        if (c.hasRemaining()) {
-            curControl = c;
-            rxState = RX_CONTROL;
-            return false;
-        }
-        completeControl(ReadStatus.SUCCESS, c.flip());
-        return true;
-    }
-
-    /** Moves reply bytes already buffered in {@code rx} into {@code target}, as many as it takes. */
-    private void drainRxInto(ByteBuffer target) {
-        int n = Math.min(rx.remaining(), target.remaining());
-        if (n > 0) {
-            int lim = rx.limit();
-            rx.limit(rx.position() + n);
-            target.put(rx);
-            rx.limit(lim);
-        }
-    }
-
-    private void completeRead(int status, int len) {
-        int i = (int) head & mask;
-        ReadListener l = listener[i];
-        long id = requestId[i];
-        listener[i] = null;
-        dst[i] = null;
+    /** The oldest request, a READ, completed with {@code status}; requester thread. */
+    void completeRead(int status, int len) {
+        RequestRing r = ring;
+        int i = r.slot(r.head);
+        ReadListener l = r.listener[i];
+        long id = r.requestId[i];
+        r.listener[i] = null;
+        r.dst[i] = null;
         advanceHead();
         node.countRead(status, len);
         notify(l, id, status, len);
     }
 
+    /** The oldest request, a control message, completed with {@code status}; requester thread. */
     @SuppressWarnings("unchecked")
-    private void completeControl(int status, ByteBuffer reply) {
-        int i = (int) head & mask;
-        CompletableFuture<ByteBuffer> f = (CompletableFuture<ByteBuffer>) controlFuture[i];
-        controlFuture[i] = null;
+    void completeControl(int status, ByteBuffer reply) {
+        int i = ring.slot(ring.head);
+        CompletableFuture<ByteBuffer> f = (CompletableFuture<ByteBuffer>) ring.controlFuture[i];
+        ring.controlFuture[i] = null;
         advanceHead();
         if (f == null) {
             return; // a keep-alive's answer
@@ -580,10 +347,7 @@ final class TcpChannel implements RdmaChannel {
         lastActivityNanos = now;
         lock.lock();
         try {
-            head = head + 1;
-            if (!overflow.isEmpty()) {
-                refillFromOverflow();
-            }
+            ring.advanceHead();
         } finally {
             lock.unlock();
         }
@@ -603,8 +367,8 @@ final class TcpChannel implements RdmaChannel {
      * its post or from the last reply, whichever is later (a long queue that moves is not a timeout).
      */
     private void checkTimeout(long now) {
-        long h = head;
-        if (h < tail && now - Math.max(postNanos[(int) h & mask], lastReplyNanos) > timeoutNanos) {
+        long h = ring.head;
+        if (h < ring.tail && now - Math.max(ring.postNanos[ring.slot(h)], lastReplyNanos) > timeoutNanos) {
             fail(ReadStatus.TIMEOUT, "no reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
                     + " ms (spark.shuffle.rdma.requestTimeout)");
         }
@@ -654,21 +418,22 @@ final class TcpChannel implements RdmaChannel {
             CompletableFuture<ByteBuffer> f;
             lock.lock();
             try {
-                if (head < tail) {
-                    int i = (int) head & mask;
-                    l = listener[i];
-                    id = requestId[i];
+                RequestRing r = ring;
+                if (r.head < r.tail) {
+                    int i = r.slot(r.head);
+                    l = r.listener[i];
+                    id = r.requestId[i];
                     @SuppressWarnings("unchecked")
-                    CompletableFuture<ByteBuffer> cf = (CompletableFuture<ByteBuffer>) controlFuture[i];
+                    CompletableFuture<ByteBuffer> cf = (CompletableFuture<ByteBuffer>) r.controlFuture[i];
                     f = cf;
-                    listener[i] = null;
-                    dst[i] = null;
-                    controlFuture[i] = null;
-                    controlPayload[i] = null;
-                    head = head + 1;
-                    sent = Math.max(sent, head);
+                    r.listener[i] = null;
+                    r.dst[i] = null;
+                    r.controlFuture[i] = null;
+                    r.controlPayload[i] = null;
+                    r.head = r.head + 1;
+                    r.sent = Math.max(r.sent, r.head);
                 } else {
-                    Queued q = overflow.poll();
+                    RequestRing.Queued q = r.pollOverflow();
                     if (q == null) {
                         return;
                     }

@@ -361,7 +361,8 @@ public final class TcpNode implements RdmaNode {
         }
         return new NodeStats(readsCompleted, readsFailed, bytesRead, responder.readsServed, responder.readsRefused,
                 responder.bytesServed, table.size(), registeredBytes.get(), open, readsPosted.sum(),
-                channelsOpened.sum(), reconnects.sum(), responder.connectionsRefused);
+                channelsOpened.sum(), reconnects.sum(), responder.connectionsRefused, 0,
+                responder.connectionsEvictedIdle);
     }
 
     /** Connections peers have open to this node. */
@@ -382,6 +383,11 @@ public final class TcpNode implements RdmaNode {
     /** Connections closed for a limit (handshake, drain, frame or idle time) since the node started. */
     long connectionsClosedByLimit() {
         return responder.connectionsClosedByLimit;
+    }
+
+    /** Handshaken connections closed at {@code maxConnections} to admit a newcomer, having been silent longest. */
+    long connectionsEvictedIdle() {
+        return responder.connectionsEvictedIdle;
     }
 
     private void ensureOpen() throws TransportException {

@@ -491,7 +491,8 @@ public final class VerbsNode implements RdmaNode {
         }
         return new NodeStats(readsCompleted.sum(), readsFailed.sum(), bytesRead.sum(), 0, 0, 0, memory.regionCount(),
                 memory.registeredBytes(), open, readsPosted.sum(), opener.channelsOpened(), reconnects.sum(),
-                acceptor.refused() + control.tcp().stats().connectionsRefused(), KeptRegions.count());
+                acceptor.refused() + control.tcp().stats().connectionsRefused(), KeptRegions.count(),
+                control.tcp().stats().connectionsEvictedIdle());
     }
 
     void ensureOpen() throws TransportException {

@@ -45,6 +45,7 @@ final class RdmaShuffleSource implements Source {
         gauge("transport.channelsOpened", s -> s.node().channelsOpened());
         gauge("transport.reconnects", s -> s.node().reconnects());
         gauge("transport.connectionsRefused", s -> s.node().connectionsRefused());
+        gauge("transport.connectionsEvictedIdle", s -> s.node().connectionsEvictedIdle());
         gauge("transport.nodeFailed", s -> s.nodeFailed());
         gauge("transport.nodeRestarts", s -> s.nodeRestarts());
         // Registered memory: served map outputs and output tables, and the receive pool.

@@ -1,0 +1,198 @@
+package org.rdmashuffle.transport.tcp;
+
+import static org.rdmashuffle.transport.tcp.TcpResponder.LOG;
+
+import java.nio.ByteBuffer;
+import org.rdmashuffle.transport.ControlHandler;
+import org.rdmashuffle.transport.ReadStatus;
+import org.rdmashuffle.transport.RegionAccess;
+
+/**
+ * Serving a handshaken connection's requests: a READ is answered from the registration table after its
+ * rkey, realm, access and bounds are checked (inline up to {@link ServedConnection#INLINE_PAYLOAD_BYTES},
+ * else as a view of the region the connection borrows until it is written); a control message's body is
+ * gathered into a buffer that grows with the bytes that arrive and handed to the node's handler; an
+ * empty control message is a keep-alive, answered at once. No allocation per READ. Responder thread only.
+ */
+final class RequestServer {
+    /** A control body's buffer starts this small and doubles as bytes arrive, up to the claimed length. */
+    private static final int CONTROL_INITIAL_BYTES = 1024;
+
+    private final TcpResponder responder;
+    private final RegionTable table;
+    private final ControlHandler handler;
+    private final int maxControlBytes;
+    /** A node with secrets per realm: a connection READs only its realm's regions. */
+    private final boolean realms;
+
+    RequestServer(TcpResponder responder, RegionTable table, ControlHandler handler, boolean realms) {
+        this.responder = responder;
+        this.table = table;
+        this.handler = handler;
+        this.maxControlBytes = responder.limits.maxControlBytes();
+        this.realms = realms;
+    }
+
+    /** Parses one request header from {@code c.in} and answers or starts it; false when it has not all arrived. */
+    boolean request(ServedConnection c) {
+        ByteBuffer in = c.in;
+        if (in.remaining() < Wire.REQUEST_HEADER_BYTES) {
+            return false;
+        }
+        byte op = in.get();
+        in.position(in.position() + 3);
+        int requestId = in.getInt();
+        int length = in.getInt();
+        int rkey = in.getInt();
+        long address = in.getLong();
+        if (op == Wire.OP_READ) {
+            serveRead(c, requestId, rkey, address, length);
+        } else if (op == Wire.OP_CONTROL) {
+            if (length < 0 || length > maxControlBytes) {
+                responder.limitLog.warn("closing connection from {}: control message of {} bytes claimed, limit "
+                        + "spark.shuffle.rdma.maxControlMessageSize={}", c.remote, length & 0xFFFFFFFFL,
+                        maxControlBytes);
+                malformed(c, requestId);
+            } else if (length == 0) {
+                // A keep-alive: answered at once, never shown to the handler.
+                c.out.put(Wire.OP_CONTROL_REPLY).put((byte) ReadStatus.SUCCESS).putShort((short) 0)
+                        .putInt(requestId).putInt(0);
+            } else {
+                // The body's buffer grows with the bytes that arrive, never ahead of them.
+                c.control = ByteBuffer.allocate(Math.min(length, CONTROL_INITIAL_BYTES));
+                c.controlLength = length;
+                c.controlRequestId = requestId;
+                c.state = ServedConnection.State.CONTROL_BODY;
+            }
+        } else {
+            malformed(c, requestId);
+        }
+        return true;
+    }
+
+    private void malformed(ServedConnection c, int requestId) {
+        c.out.put(Wire.OP_ERROR).put((byte) ReadStatus.MALFORMED_REQUEST).putShort((short) 0)
+                .putInt(requestId).putInt(0);
+        responder.readsRefused++;
+        c.closeAfterFlush = true;
+        LOG.debug("malformed request from {}; closing after the error reply", c.remote);
+    }
+
+    private void serveRead(ServedConnection c, int requestId, int rkey, long address, int length) {
+        TcpRegion r = table.get(rkey);
+        ByteBuffer out = c.out;
+        int status;
+        long offset = 0;
+        if (r == null || !readable(c, r)) {
+            status = ReadStatus.UNKNOWN_KEY; // another realm's region is not there, as far as this peer can tell
+        } else if (r.access != RegionAccess.REMOTE_READ) {
+            status = ReadStatus.ACCESS_DENIED;
+        } else if (length <= 0) {
+            status = ReadStatus.INVALID_LENGTH;
+        } else {
+            offset = address - r.base;
+            if (address < r.base || offset > r.length || length > r.length - offset) {
+                status = ReadStatus.OUT_OF_BOUNDS;
+            } else if (!r.tryUse()) {
+                status = ReadStatus.UNKNOWN_KEY;
+            } else {
+                status = ReadStatus.SUCCESS;
+            }
+        }
+        if (status != ReadStatus.SUCCESS) {
+            out.put(Wire.OP_READ_REPLY).put((byte) status).putShort((short) 0).putInt(requestId).putInt(0);
+            responder.readsRefused++;
+            return;
+        }
+        out.put(Wire.OP_READ_REPLY).put((byte) 0).putShort((short) 0).putInt(requestId).putInt(length);
+        responder.readsServed++;
+        responder.bytesServed += length;
+        if (length <= ServedConnection.INLINE_PAYLOAD_BYTES) {
+            try {
+                r.copyTo(out, (int) offset, length);
+            } finally {
+                r.unuse();
+            }
+        } else {
+            try {
+                c.payload = r.borrowServeView((int) offset, length);
+            } catch (Throwable t) {
+                r.unuse();
+                throw t;
+            }
+            c.payloadRegion = r;
+            c.payloadSinceNanos = System.nanoTime();
+        }
+    }
+
+    /**
+     * Whether {@code c} may READ {@code r}: always, on a node without secrets per realm; there, only
+     * a region of the realm it authenticated for. No allocation.
+     */
+    private boolean readable(ServedConnection c, TcpRegion r) {
+        if (!realms) {
+            return true;
+        }
+        String of = r.realm;
+        return of != null && (of == c.realm || of.equals(c.realm));
+    }
+
+    /** Gathers a control body from {@code c.in}; once complete, answers it; false when more must arrive. */
+    boolean controlBody(ServedConnection c) {
+        ByteBuffer in = c.in;
+        ByteBuffer control = c.control;
+        for (;;) {
+            int n = Math.min(in.remaining(), control.remaining());
+            if (n > 0) {
+                int lim = in.limit();
+                in.limit(in.position() + n);
+                control.put(in);
+                in.limit(lim);
+            }
+            if (control.position() == c.controlLength) {
+                break;
+            }
+            if (!in.hasRemaining()) {
+                return false;
+            }
+            // Full but more is coming and has arrived: grow, at most to the claimed length.
+            ByteBuffer bigger = ByteBuffer.allocate((int) Math.min(c.controlLength, 2L * control.capacity()));
+            control.flip();
+            bigger.put(control);
+            control = bigger;
+            c.control = bigger;
+        }
+        control.flip();
+        ByteBuffer reply;
+        int status = ReadStatus.SUCCESS;
+        try {
+            reply = handler.onMessage(c.realm, control.asReadOnlyBuffer());
+        } catch (Throwable e) {
+            responder.errorLog.warn("control handler failed for a message from {}: {}", c.remote, e.toString());
+            LOG.debug("the handler's failure", e);
+            reply = null;
+            status = ReadStatus.HANDLER_FAILED;
+        }
+        int len = reply == null ? 0 : reply.remaining();
+        if (len > maxControlBytes) {
+            LOG.warn("control reply of {} bytes exceeds spark.shuffle.rdma.maxControlMessageSize", len);
+            status = ReadStatus.HANDLER_FAILED;
+            len = 0;
+            reply = null;
+        }
+        ByteBuffer out = c.out;
+        out.put(Wire.OP_CONTROL_REPLY).put((byte) status).putShort((short) 0).putInt(c.controlRequestId).putInt(len);
+        if (reply != null && len > 0) {
+            if (len <= out.remaining() && len <= ServedConnection.INLINE_PAYLOAD_BYTES) {
+                out.put(reply.duplicate());
+            } else {
+                c.payload = reply.duplicate();
+                c.payloadRegion = null;
+                c.payloadSinceNanos = System.nanoTime();
+            }
+        }
+        c.control = null;
+        c.state = ServedConnection.State.SERVING;
+        return true;
+    }
+}
