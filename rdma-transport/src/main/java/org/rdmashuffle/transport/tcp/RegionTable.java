@@ -72,6 +72,11 @@ final class RegionTable {
         return snapshot.size;
     }
 
+    /** Slots of the table readers probe now (tests). */
+    int capacity() {
+        return snapshot.keys.length;
+    }
+
     private static void copyInto(Snapshot from, Snapshot to, int skipKey) {
         for (int i = 0; i < from.regions.length; i++) {
             TcpRegion r = from.regions[i];
