@@ -24,7 +24,7 @@ fi
 OUT=${OUT:-benchmarks/target/jmh-registration.json}
 JAR=${JAR:-benchmarks/target/benchmarks.jar}
 "$JAVA" -jar "$JAR" RegistrationBenchmark \
-  -wi "${WARMUPS:-3}" -i "${ITERATIONS:-5}" -rf json -rff "$OUT" "$@" | grep -v '^# \|^$' | grep -i 'footprint\|Benchmark\|ms/op' | grep -v 'Iteration' || true
+  -wi "${WARMUPS:-3}" -i "${ITERATIONS:-5}" -rf json -rff "$OUT" "$@" | grep -v '^# \|^$' | grep -i 'footprint\|Benchmark \|ms/op\|Exception\|failure' || true
 python3 - "$OUT" <<'PY'
 import json, sys
 runs = json.load(open(sys.argv[1]))
@@ -33,7 +33,7 @@ for r in runs:
     p = r["params"]
     n = int(p["outputs"])
     m = r["primaryMetric"]
-    rows[(p["provider"], r["benchmark"].rsplit(".", 1)[1], n)] = (m["score"] * 1e3 / n, m["scoreError"] * 1e3 / n)
+    rows[(p["provider"], r["benchmark"].rsplit(".", 1)[1], n)] = (float(m["score"]) * 1e3 / n, float(m["scoreError"]) * 1e3 / n)
 print("\n| provider | operation | outputs | µs per output | 100k / 1k |")
 print("| --- | --- | --- | --- | --- |")
 for (prov, op, n) in sorted(rows):

@@ -40,9 +40,9 @@ class RegionTableTest {
         Map<Integer, TcpRegion> live = new HashMap<>();
         List<Integer> removed = new ArrayList<>();
         SplittableRandom rnd = new SplittableRandom(7);
-        for (int step = 0; step < 200_000; step++) {
+        for (int step = 0; step < 40_000; step++) {
             // Phases that grow, churn at a level and empty the table, so that it grows, rebuilds and shrinks.
-            int phase = step / 50_000;
+            int phase = step / 10_000;
             boolean add = live.isEmpty() || (phase == 0 ? rnd.nextInt(10) < 8 : phase == 3 ? rnd.nextInt(10) < 2
                     : rnd.nextBoolean());
             if (add) {
@@ -59,7 +59,7 @@ class RegionTableTest {
                 live.remove(k);
                 removed.add(k);
             }
-            if (step % 997 == 0) {
+            if (step % 397 == 0) {
                 assertEquals(live.size(), table.size());
                 for (Map.Entry<Integer, TcpRegion> e : live.entrySet()) {
                     assertSame(e.getValue(), table.get(e.getKey()), "live rkey " + e.getKey());
@@ -79,7 +79,7 @@ class RegionTableTest {
     @Test
     void shouldGiveItsSlotsBackWhenEmptiedAfterHoldingManyRegions() {
         RegionTable table = new RegionTable();
-        int n = 100_000;
+        int n = 20_000;
         int empty = table.capacity();
         for (int k = 1; k <= n; k++) {
             table.put(region(k));
@@ -130,10 +130,10 @@ class RegionTableTest {
         });
         reader.start();
         for (int round = 0; round < 20; round++) {
-            for (int k = 1; k <= 5_000; k++) {
+            for (int k = 1; k <= 2_000; k++) {
                 table.put(region(k));
             }
-            for (int k = 1; k <= 5_000; k++) {
+            for (int k = 1; k <= 2_000; k++) {
                 table.remove(k);
             }
         }
