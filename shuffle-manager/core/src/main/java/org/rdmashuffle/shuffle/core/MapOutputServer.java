@@ -6,6 +6,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentSkipListSet;
+import java.util.concurrent.Executor;
 import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
@@ -63,6 +64,8 @@ public final class MapOutputServer implements AutoCloseable {
     private final ConcurrentSkipListSet<Integer> unregistered = new ConcurrentSkipListSet<>();
     /** Shuffles whose output table could not be registered here. */
     private final Set<Integer> noTable = ConcurrentHashMap.newKeySet();
+    /** Tables unregistered whose outputs are being deregistered elsewhere ({@link #unregisterShuffle(int, Executor)}). */
+    private final Set<ShuffleOutputTable> closing = ConcurrentHashMap.newKeySet();
     private final RegistrationCap cap;
     private final LongAdder unregisteredOutputs = new LongAdder();
     private final LongAdder unregisteredOutputBytes = new LongAdder();
@@ -375,6 +378,9 @@ public final class MapOutputServer implements AutoCloseable {
         for (ShuffleOutputTable t : tables.values()) {
             sum += t.registeredOutputBytes();
         }
+        for (ShuffleOutputTable t : closing) {
+            sum += t.registeredOutputBytes();
+        }
         return sum;
     }
 
@@ -399,6 +405,16 @@ public final class MapOutputServer implements AutoCloseable {
 
     /** Removes {@code shuffleId}'s output table (deregistering its outputs); no table of it is created after. */
     public void unregisterShuffle(int shuffleId) {
+        unregisterShuffle(shuffleId, Runnable::run);
+    }
+
+    /**
+     * Removes {@code shuffleId}'s output table at once — its table region is deregistered, so no peer finds any of
+     * its outputs from now on, and no table of it is created after — and deregisters and unmaps its outputs on
+     * {@code deregisterOn} (here, when it refuses the work): O(1) on the calling thread, O(outputs) there. Until
+     * that ran, {@link #registeredOutputBytes()} counts them.
+     */
+    public void unregisterShuffle(int shuffleId, Executor deregisterOn) {
         ShuffleOutputTable t;
         synchronized (tables) { // with table(): no table of this shuffle can be created after this
             unregistered.add(shuffleId);
@@ -407,10 +423,24 @@ public final class MapOutputServer implements AutoCloseable {
             }
             t = tables.remove(shuffleId);
         }
-        if (t != null) {
-            t.close();
-        }
         noTable.remove(shuffleId);
+        if (t == null) {
+            return;
+        }
+        t.withdraw();
+        closing.add(t);
+        Runnable close = () -> {
+            try {
+                t.close();
+            } finally {
+                closing.remove(t);
+            }
+        };
+        try {
+            deregisterOn.execute(close);
+        } catch (RejectedExecutionException e) { // the worker stopped (its owner is closing): here, then
+            close.run();
+        }
     }
 
     /** Adds the shuffles held here (an output table, or one that could not be registered) to {@code out}. */
