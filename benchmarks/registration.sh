@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Registration cost against the number of outputs: RegistrationBenchmark at 1k, 10k and 100k map outputs on one
 # node, tcp and emulated verbs, and the time per output it implies (docs/benchmarks.md reports it).
-# Usage: benchmarks/registration.sh [extra JMH options]   (env WARMUPS, ITERATIONS: default 3 and 5; JAR; OUT)
+# Usage: benchmarks/registration.sh [extra JMH options]   (env WARMUPS, ITERATIONS: default 3 and 5; JAR, OUT, JAVA_OPTS)
 # Each registered output is one file mapping: 100k outputs need vm.max_map_count above 110,000 (Linux's default
 # is 65,530). Run as root, this script raises it to 262,144 for the run and puts the old value back after.
 set -euo pipefail
@@ -23,7 +23,7 @@ if [ "$OLD" -lt "$NEED" ]; then
 fi
 OUT=${OUT:-benchmarks/target/jmh-registration.json}
 JAR=${JAR:-benchmarks/target/benchmarks.jar}
-"$JAVA" -jar "$JAR" RegistrationBenchmark \
+"$JAVA" ${JAVA_OPTS:-} -jar "$JAR" RegistrationBenchmark \
   -wi "${WARMUPS:-3}" -i "${ITERATIONS:-5}" -rf json -rff "$OUT" "$@" | grep -v '^# \|^$' | grep -i 'footprint\|Benchmark \|ms/op\|Exception\|failure' || true
 python3 - "$OUT" <<'PY'
 import json, sys
