@@ -1,36 +1,50 @@
 package org.rdmashuffle.transport.tcp;
 
-import java.util.Arrays;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 
 /**
- * rkey → region, read without locks or allocation by the responder thread; written (rarely) under
- * a lock by copying the table (copy on write, open addressing).
+ * rkey → region: looked up by the responder thread without locks or allocation, written under this object's
+ * monitor by the threads that register and deregister (map tasks, a NodeManager's dispatcher or its workers).
+ *
+ * <p>One open-addressed array of regions, probed linearly from the key's mixed hash; a slot holds a region
+ * (whose own final {@code rkey} is the key), {@link #REMOVED} (a tombstone: probing goes on past it) or null
+ * (probing stops). Writes change the array in place, one slot at a time, each slot written with release
+ * semantics and read with acquire: a reader probing while a slot changes sees the slot before or after, and
+ * either way finds every region that stays live, never one under another key. A removal leaves a tombstone
+ * instead of moving later entries back (a move could carry a live region past a reader mid-probe).
+ *
+ * <p>When live regions and tombstones together fill half the slots, or live regions fall under a sixteenth
+ * of them, the table is rebuilt into a fresh array sized for the live regions (between a quarter and an eighth
+ * full) and published with a volatile write; a reader still probing the old array finds what it held when it
+ * was replaced (a region removed since fails its own use count and is answered as unknown). Between two
+ * rebuilds of an array of {@code c} slots at least {@code c / 16} puts or removes happen, so each costs O(1)
+ * amortized, and an emptied table is back to {@link #MIN_CAPACITY} slots.
  */
 final class RegionTable {
-    private static final class Snapshot {
-        final int[] keys;
-        final TcpRegion[] regions;
-        final int size;
+    static final int MIN_CAPACITY = 16;
+    /** A removed entry: probes go on past it; puts may take its slot. */
+    private static final TcpRegion REMOVED =
+            new TcpRegion(null, 0, 0, java.nio.ByteBuffer.allocate(1), null, false, null);
+    private static final VarHandle SLOT = MethodHandles.arrayElementVarHandle(TcpRegion[].class);
 
-        Snapshot(int capacity, int size) {
-            this.keys = new int[capacity];
-            this.regions = new TcpRegion[capacity];
-            this.size = size;
-        }
-    }
+    /** The array readers probe; replaced (never shrunk in place) by a rebuild. */
+    private volatile TcpRegion[] slots = new TcpRegion[MIN_CAPACITY];
+    /** Live regions; written under the monitor. */
+    private volatile int size;
+    /** Slots that are not null (live regions and tombstones); under the monitor. */
+    private int used;
 
-    private volatile Snapshot snapshot = new Snapshot(16, 0);
-
-    /** The live region with {@code rkey}, or null. */
+    /** The live region with {@code rkey}, or null. Lock-free, allocation-free. */
     TcpRegion get(int rkey) {
-        Snapshot s = snapshot;
-        int mask = s.keys.length - 1;
+        TcpRegion[] s = slots;
+        int mask = s.length - 1;
         for (int i = mix(rkey) & mask; ; i = (i + 1) & mask) {
-            TcpRegion r = s.regions[i];
+            TcpRegion r = (TcpRegion) SLOT.getAcquire(s, i);
             if (r == null) {
                 return null;
             }
-            if (s.keys[i] == rkey) {
+            if (r != REMOVED && r.rkey == rkey) {
                 return r;
             }
         }
@@ -40,55 +54,94 @@ final class RegionTable {
         return get(rkey) != null;
     }
 
+    /** Adds {@code region}, whose rkey no live region has (the node makes sure). */
     synchronized void put(TcpRegion region) {
-        Snapshot old = snapshot;
-        int n = old.size + 1;
-        int cap = old.keys.length;
-        while (n * 2 > cap) {
-            cap *= 2;
+        if (used + 1 > slots.length / 2) {
+            rebuild(size + 1);
         }
-        Snapshot s = new Snapshot(cap, n);
-        copyInto(old, s, -1);
-        insert(s, region);
-        snapshot = s;
+        TcpRegion[] s = slots;
+        int mask = s.length - 1;
+        int i = mix(region.rkey) & mask;
+        while (true) {
+            TcpRegion r = s[i];
+            if (r == null) {
+                used++;
+                break;
+            }
+            if (r == REMOVED) {
+                break;
+            }
+            i = (i + 1) & mask;
+        }
+        SLOT.setRelease(s, i, region);
+        size = size + 1;
     }
 
+    /** Removes the region with {@code rkey}, if there is one. */
     synchronized void remove(int rkey) {
-        Snapshot old = snapshot;
-        if (get(rkey) == null) {
-            return;
+        TcpRegion[] s = slots;
+        int mask = s.length - 1;
+        for (int i = mix(rkey) & mask; ; i = (i + 1) & mask) {
+            TcpRegion r = s[i];
+            if (r == null) {
+                return;
+            }
+            if (r != REMOVED && r.rkey == rkey) {
+                SLOT.setRelease(s, i, REMOVED);
+                size = size - 1;
+                break;
+            }
         }
-        Snapshot s = new Snapshot(old.keys.length, old.size - 1);
-        copyInto(old, s, rkey);
-        snapshot = s;
+        if (s.length > MIN_CAPACITY && size < s.length / 16) {
+            rebuild(size);
+        }
     }
 
+    /** The live regions now. */
     synchronized TcpRegion[] all() {
-        Snapshot s = snapshot;
-        return Arrays.stream(s.regions).filter(r -> r != null).toArray(TcpRegion[]::new);
+        TcpRegion[] out = new TcpRegion[size];
+        int n = 0;
+        for (TcpRegion r : slots) {
+            if (r != null && r != REMOVED) {
+                out[n++] = r;
+            }
+        }
+        return out;
     }
 
     int size() {
-        return snapshot.size;
+        return size;
     }
 
-    private static void copyInto(Snapshot from, Snapshot to, int skipKey) {
-        for (int i = 0; i < from.regions.length; i++) {
-            TcpRegion r = from.regions[i];
-            if (r != null && !(from.keys[i] == skipKey)) {
-                insert(to, r);
+    /** Slots of the array readers probe now (tests). */
+    int capacity() {
+        return slots.length;
+    }
+
+    /**
+     * Copies the live regions into a new array with room for {@code live} of them at between an eighth and a
+     * quarter full (no tombstones), and publishes it.
+     */
+    private void rebuild(int live) {
+        int capacity = MIN_CAPACITY;
+        while (capacity < 4L * live) {
+            capacity <<= 1;
+        }
+        TcpRegion[] fresh = new TcpRegion[capacity];
+        int mask = capacity - 1;
+        int n = 0;
+        for (TcpRegion r : slots) {
+            if (r != null && r != REMOVED) {
+                int i = mix(r.rkey) & mask;
+                while (fresh[i] != null) {
+                    i = (i + 1) & mask;
+                }
+                fresh[i] = r;
+                n++;
             }
         }
-    }
-
-    private static void insert(Snapshot s, TcpRegion r) {
-        int mask = s.keys.length - 1;
-        int i = mix(r.rkey) & mask;
-        while (s.regions[i] != null) {
-            i = (i + 1) & mask;
-        }
-        s.keys[i] = r.rkey;
-        s.regions[i] = r;
+        used = n;
+        slots = fresh; // volatile: readers that see the new array see every region copied into it
     }
 
     private static int mix(int k) {

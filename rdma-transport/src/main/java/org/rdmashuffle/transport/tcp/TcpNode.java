@@ -9,7 +9,6 @@ import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Path;
-import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.rdmashuffle.conf.RdmaShuffleConf;
@@ -33,8 +32,9 @@ import org.slf4j.LoggerFactory;
 /**
  * A node of the tcp provider: one-sided READ emulated over TCP. It owns a listening socket and its
  * responder thread (serving peers from the registration table), a requester thread (driving the
- * channels it opened), and the table. rkeys are random, never shared by two live regions, and fail
- * once their region is deregistered. Addresses are virtual: each region gets its own base.
+ * channels it opened), and the table. rkeys look random and never repeat in a node's life (the first 2^32
+ * registrations; after that, never shared by two live regions), so a stale rkey fails once its region is
+ * deregistered and never names a later region. Addresses are virtual: each region gets its own base.
  *
  * <p>With secrets per realm ({@link NodeOptions#secrets()}) the node serves many jobs, each with its own
  * secret: a connection READs only the regions registered for the realm it authenticated for. Its own
@@ -58,6 +58,11 @@ public final class TcpNode implements RdmaNode {
     private final PeerChannels<TcpChannel> channels =
             new PeerChannels<>(this::ensureOpen, c -> c.fail(ReadStatus.CHANNEL_CLOSED, "node closed"));
     private final AtomicLong nextBase = new AtomicLong(1);
+    /** rkeys: the registration's number through a bijection of ints keyed at random per node (see nextKey). */
+    private final int keyMultiplier;
+    private final int keyOffset;
+    /** Registrations so far; under this. */
+    private int keySequence;
     private final AtomicLong registeredBytes = new AtomicLong();
     private volatile boolean closed;
     private volatile Throwable failure;
@@ -75,6 +80,9 @@ public final class TcpNode implements RdmaNode {
     public TcpNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         this.conf = conf;
         this.options = options;
+        java.security.SecureRandom keys = new java.security.SecureRandom();
+        this.keyMultiplier = keys.nextInt() | 1;
+        this.keyOffset = keys.nextInt();
         this.realm = options.realm() == null ? null : Realms.requireValid(options.realm());
         this.server = bind(options.bindHost(), conf.port(), conf.portMaxRetries());
         int port = ((InetSocketAddress) server.getLocalAddress()).getPort();
@@ -308,13 +316,27 @@ public final class TcpNode implements RdmaNode {
         ensureOpen();
         int rkey;
         do {
-            rkey = ThreadLocalRandom.current().nextInt();
-        } while (rkey == 0 || table.contains(rkey));
+            rkey = nextKey();
+        } while (rkey == 0 || table.contains(rkey)); // only after 2^32 registrations can a key come back
         long base = nextBase.getAndIncrement() << 32;
         TcpRegion r = new TcpRegion(this, rkey, base, memory, access, ownsMapping, realm);
         table.put(r);
         registeredBytes.addAndGet(r.length);
         return r;
+    }
+
+    /**
+     * The next registration's key: its number, multiplied by an odd number and offset (both random per node), then
+     * mixed (murmur3's finalizer). Each step is a bijection of ints, so 2^32 registrations get distinct keys, as
+     * scattered as random ones; under this.
+     */
+    private int nextKey() {
+        int h = ++keySequence * keyMultiplier + keyOffset;
+        h ^= h >>> 16;
+        h *= 0x85EBCA6B;
+        h ^= h >>> 13;
+        h *= 0xC2B2AE35;
+        return h ^ (h >>> 16);
     }
 
     void deregistered(TcpRegion r) {

@@ -20,8 +20,9 @@ import org.slf4j.LoggerFactory;
  * that job's outputs only. Outputs are registered when a reducer first names them (a REGISTER message, see
  * {@link RegisterProtocol}), not when the map commits: a NodeManager is not told when a map commits, and a
  * reducer names exactly the attempt the ApplicationMaster says committed, so an obsolete attempt is never
- * registered for it. A job's outputs are deregistered and unmapped when the application stops here, and all of
- * them when the NodeManager stops.
+ * registered for it. When the application stops here its table is withdrawn at once (nothing more is served to the
+ * job) and its outputs are deregistered and unmapped on a thread of the service, not on the NodeManager's
+ * dispatcher; all of them go when the NodeManager stops.
  *
  * <p>Bounded like a Spark executor's node: registered bytes ({@code mapreduce.shuffle.rdma.maxRegisteredOutputBytes},
  * past which outputs go over HTTP), connections per node and per source address.
@@ -116,7 +117,7 @@ public class RdmaShuffleHandler extends AuxiliaryService {
         ServedJobs.Job job = s.jobs().stopped(context.getApplicationId(), dirs);
         if (job != null) {
             s.dropJob(job);
-            LOG.debug("rdma-shuffle: job {} stopped; its outputs are deregistered", job.realm());
+            LOG.debug("rdma-shuffle: job {} stopped; its outputs are being deregistered", job.realm());
         }
     }
 

@@ -32,7 +32,8 @@ import org.slf4j.LoggerFactory;
  * process, and they share the port's node (each adds its local dirs; the last one to stop closes it).
  *
  * <p>Threads: {@link #acquire}/{@link #release} on NodeManager service threads; container and application
- * events on the NodeManager's dispatcher (never waiting for a job's lock); REGISTER on the node's transport
+ * events on the NodeManager's dispatcher (never waiting for a job's lock, nor deregistering a stopped job's
+ * outputs: its own thread does, {@link #dropJob}); REGISTER on the node's transport
  * thread (it reads index files: the service's only disk reads there); secret lookups on that thread answer from
  * memory, and the maintenance thread reads the credentials files.
  */
@@ -45,6 +46,11 @@ final class ShuffleServer implements AutoCloseable {
     private final JobConf jobConf;
     private final ServedJobs jobs;
     private final MapOutputServer server;
+    /**
+     * Deregisters stopped jobs' outputs, one job after another, off the NodeManager's dispatcher (a job of 10,000
+     * outputs takes that many deregistrations and unmaps).
+     */
+    private final java.util.concurrent.ExecutorService deregistrations;
     private int holders;
 
     private ShuffleServer(int port, Configuration conf, RdmaShuffleConf rdma, String bindHost, String advertisedHost)
@@ -56,6 +62,11 @@ final class ShuffleServer implements AutoCloseable {
                 .withSecrets(jobs::secretOf);
         this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoPeerDirectory(),
                 "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf);
+        this.deregistrations = java.util.concurrent.Executors.newSingleThreadExecutor(r -> {
+            Thread t = new Thread(r, "rdma-shuffle-job-stop-" + port);
+            t.setDaemon(true);
+            return t;
+        });
         server.scheduleMaintenance(this::captureSecrets, CAPTURE_EVERY_MS);
     }
 
@@ -108,14 +119,26 @@ final class ShuffleServer implements AutoCloseable {
         return server;
     }
 
+    /** The thread stopped jobs' outputs are deregistered on (tests hold it to see what a stop does meanwhile). */
+    java.util.concurrent.Executor deregistrations() {
+        return deregistrations;
+    }
+
+    /** Waits until the deregistrations of the jobs stopped so far are done (tests). */
+    void awaitDeregistrations() throws Exception {
+        deregistrations.submit(() -> { }).get();
+    }
+
     /**
-     * Drops a stopped job's table (its outputs deregistered and unmapped). Called on the NodeManager's dispatcher,
-     * which must never wait for the job's lock (a REGISTER holding it may be reading a slow disk): the table goes
-     * now; a REGISTER still running finds no table to publish into, and the job's indexes go with the job.
+     * Drops a stopped job's table. Called on the NodeManager's dispatcher, which must never wait for the job's lock
+     * (a REGISTER holding it may be reading a slow disk) nor for work that grows with the job's outputs: the table
+     * goes now (its region deregistered: the job's reducers find nothing through it; a REGISTER still running finds
+     * no table to publish into, and the job's indexes go with the job), and its outputs are deregistered and
+     * unmapped on the job-stop thread, after the jobs stopped before it.
      */
     void dropJob(ServedJobs.Job job) {
-        server.unregisterShuffle(job.shuffleId);
         job.stopped = true;
+        server.unregisterShuffle(job.shuffleId, deregistrations);
     }
 
     private ControlHandler registerHandler() {
@@ -261,8 +284,17 @@ final class ShuffleServer implements AutoCloseable {
         return at <= fileLength ? offsets : null;
     }
 
+    /** Lets the deregistrations under way finish (bounded), then closes the server: every output goes with it. */
     @Override
     public void close() {
+        deregistrations.shutdown();
+        try {
+            if (!deregistrations.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS)) {
+                LOG.warn("rdma-shuffle: stopped jobs' outputs were still being deregistered after 10 s; closing");
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
         server.close();
     }
 }

@@ -350,10 +350,73 @@ class RdmaShuffleHandlerTest {
         assertTrue(service.server().outputs().registeredOutputBytes() > 0);
         service.stopApplication(new ApplicationTerminationContext(
                 ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId())));
+        service.server().awaitDeregistrations();
         assertEquals(0, service.server().outputs().registeredOutputBytes());
         try (ReducerClient client = reducer(job, secret)) {
             assertThrows(IOException.class, () -> register(client, service(client), 0, new MapAttempt(1, 0)));
         }
+    }
+
+    @Test
+    void shouldStopAJobWithoutDeregisteringItsOutputsOnTheDispatcherAndGiveItsReducersNothingMeanwhile()
+            throws Exception {
+        byte[] secret = "many-outputs".getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 15, secret);
+        int regionsBefore = service.server().outputs().node().stats().registeredRegions();
+        byte[][][] parts = new byte[MAPS][][];
+        for (int m = 0; m < MAPS; m++) {
+            parts[m] = writeMapOutput(dir.resolve("nm1"), job, m, 0, 20 + m);
+        }
+        java.util.concurrent.CountDownLatch workerHeld = new java.util.concurrent.CountDownLatch(1);
+        java.util.concurrent.CountDownLatch releaseWorker = new java.util.concurrent.CountDownLatch(1);
+        try (ReducerClient client = reducer(job, secret)) {
+            RegisterProtocol.Reply r = register(client, service(client), 2, new MapAttempt(0, 0), new MapAttempt(1, 0),
+                    new MapAttempt(2, 0));
+            assertEquals(RegisterProtocol.OK, r.status());
+            assertArrayEquals(parts[1][2], read(client, service(client), r.table(), 1, 0, 2));
+            long registered = service.server().outputs().registeredOutputBytes();
+            assertTrue(registered > 0);
+            service.server().deregistrations().execute(() -> { // the worker is busy with an earlier job's stop
+                workerHeld.countDown();
+                try {
+                    releaseWorker.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            });
+            try {
+                workerHeld.await();
+                service.stopApplication(new ApplicationTerminationContext(
+                        ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId())));
+                // Returned while the worker cannot have deregistered anything: the outputs are still registered...
+                assertEquals(registered, service.server().outputs().registeredOutputBytes(),
+                        "stopApplication deregistered the job's outputs itself, on the NodeManager's dispatcher");
+                // ...but the job's reducers get nothing: not its table on the connection they hold,
+                try (BlockFetcher f = client.newFetcher(1)) {
+                    f.add(new Request(service(client), r.table(), 0, 0, 2, 3));
+                    assertThrows(FetchFailure.class, f::next);
+                }
+                // no REGISTER, and no new connection.
+                assertRefusedAsStopped(register(client, service(client), 2, new MapAttempt(0, 0)));
+                try (ReducerClient late = reducer(job, secret)) {
+                    assertThrows(IOException.class, () -> register(late, service(late), 2, new MapAttempt(0, 0)));
+                }
+            } finally {
+                releaseWorker.countDown();
+            }
+            service.server().awaitDeregistrations();
+            assertEquals(0, service.server().outputs().registeredOutputBytes());
+            assertEquals(regionsBefore, service.server().outputs().node().stats().registeredRegions(),
+                    "every region of the job's outputs and table is deregistered: its rkeys are unknown");
+            try (BlockFetcher f = client.newFetcher(1)) {
+                f.add(new Request(service(client), r.table(), 1, 0, 2, 3));
+                assertThrows(FetchFailure.class, f::next);
+            }
+        }
+    }
+
+    private static void assertRefusedAsStopped(RegisterProtocol.Reply reply) {
+        assertEquals(RegisterProtocol.UNKNOWN_JOB, reply.status(), reply.reason());
     }
 
     @Test

@@ -6,6 +6,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentSkipListSet;
+import java.util.concurrent.Executor;
 import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
@@ -66,6 +67,8 @@ public final class MapOutputServer implements AutoCloseable {
     private final ConcurrentSkipListSet<Integer> unregistered = new ConcurrentSkipListSet<>();
     /** Shuffles whose output table could not be registered here. */
     private final Set<Integer> noTable = ConcurrentHashMap.newKeySet();
+    /** Tables unregistered whose outputs are being deregistered elsewhere ({@link #unregisterShuffle(int, Executor)}). */
+    private final Set<RegisteredOutputTable> closing = ConcurrentHashMap.newKeySet();
     private final RegistrationCap cap;
     private final LongAdder unregisteredOutputs = new LongAdder();
     private final LongAdder unregisteredOutputBytes = new LongAdder();
@@ -378,6 +381,9 @@ public final class MapOutputServer implements AutoCloseable {
         for (RegisteredOutputTable t : tables.values()) {
             sum += t.registeredOutputBytes();
         }
+        for (RegisteredOutputTable t : closing) {
+            sum += t.registeredOutputBytes();
+        }
         return sum;
     }
 
@@ -402,6 +408,16 @@ public final class MapOutputServer implements AutoCloseable {
 
     /** Removes {@code shuffleId}'s output table (deregistering its outputs); no table of it is created after. */
     public void unregisterShuffle(int shuffleId) {
+        unregisterShuffle(shuffleId, Runnable::run);
+    }
+
+    /**
+     * Removes {@code shuffleId}'s output table at once — its table region is deregistered, so no peer finds any of
+     * its outputs from now on, and no table of it is created after — and deregisters and unmaps its outputs on
+     * {@code deregisterOn} (here, when it refuses the work): O(1) on the calling thread, O(outputs) there. Until
+     * that ran, {@link #registeredOutputBytes()} counts them.
+     */
+    public void unregisterShuffle(int shuffleId, Executor deregisterOn) {
         RegisteredOutputTable t;
         synchronized (tables) { // with table(): no table of this shuffle can be created after this
             unregistered.add(shuffleId);
@@ -410,10 +426,24 @@ public final class MapOutputServer implements AutoCloseable {
             }
             t = tables.remove(shuffleId);
         }
-        if (t != null) {
-            t.close();
-        }
         noTable.remove(shuffleId);
+        if (t == null) {
+            return;
+        }
+        t.withdraw();
+        closing.add(t);
+        Runnable close = () -> {
+            try {
+                t.close();
+            } finally {
+                closing.remove(t);
+            }
+        };
+        try {
+            deregisterOn.execute(close);
+        } catch (RejectedExecutionException e) { // the worker stopped (its owner is closing): here, then
+            close.run();
+        }
     }
 
     /** Adds the shuffles held here (an output table, or one that could not be registered) to {@code out}. */

@@ -31,6 +31,10 @@ public final class RegisteredOutputTable implements AutoCloseable {
     private final RegisteredMapOutput[] outputs;
     /** The realm whose connections may READ this table's regions (a MapReduce job), or null: every peer. */
     private final String realm;
+    /** Bytes of the outputs registered here now (kept as they come and go: reading it costs no walk). */
+    private long registeredBytes;
+    /** Set by {@link #withdraw}: no peer finds the table any more, and nothing is published into it. */
+    private boolean withdrawn;
     private boolean closed;
 
     public RegisteredOutputTable(RdmaNode node, int shuffleId, int numMaps) throws IOException {
@@ -75,7 +79,7 @@ public final class RegisteredOutputTable implements AutoCloseable {
      */
     public synchronized void publish(int mapIndex, long mapId, RegisteredMapOutput output) throws IOException {
         checkIndex(mapIndex);
-        if (closed) {
+        if (closed || withdrawn) {
             output.close();
             throw new IllegalStateException("output table of shuffle " + shuffleId + " is closed");
         }
@@ -91,6 +95,7 @@ public final class RegisteredOutputTable implements AutoCloseable {
         remove(mapIndex);
         metadata[mapIndex] = metaRegion;
         outputs[mapIndex] = output;
+        registeredBytes += output.registeredBytes();
         int at = mapIndex * SLOT_BYTES;
         RegionDescriptor d = metaRegion.descriptor();
         slots.putInt(at + 4, regions).putLong(at + 8, mapId).putLong(at + 16, d.address()).putInt(at + 24, d.rkey())
@@ -105,7 +110,7 @@ public final class RegisteredOutputTable implements AutoCloseable {
      */
     public synchronized void publishUnregistered(int mapIndex, long mapId) {
         checkIndex(mapIndex);
-        if (closed) {
+        if (closed || withdrawn) {
             throw new IllegalStateException("output table of shuffle " + shuffleId + " is closed");
         }
         remove(mapIndex);
@@ -125,26 +130,32 @@ public final class RegisteredOutputTable implements AutoCloseable {
             metadata[mapIndex] = null;
         }
         if (outputs[mapIndex] != null) {
-            outputs[mapIndex].close();
+            registeredBytes -= outputs[mapIndex].registeredBytes();
+            RegisteredMapOutput o = outputs[mapIndex];
             outputs[mapIndex] = null;
+            o.close();
         }
     }
 
     /** Bytes of map outputs this table holds registered. */
     public synchronized long registeredOutputBytes() {
-        long sum = 0;
-        for (RegisteredMapOutput o : outputs) {
-            if (o != null) {
-                sum += o.registeredBytes();
-            }
-        }
-        return sum;
+        return registeredBytes;
     }
 
     private void checkIndex(int mapIndex) {
         if (mapIndex < 0 || mapIndex >= numMaps) {
             throw new IndexOutOfBoundsException("map index " + mapIndex + " of " + numMaps + " in shuffle " + shuffleId);
         }
+    }
+
+    /**
+     * Deregisters the table's own region, so that no peer finds any output through it from now on, and refuses
+     * later publishing; the outputs stay registered until {@link #close} (which may run on another thread
+     * later: withdrawing costs O(1), closing O(outputs)). Idempotent.
+     */
+    public synchronized void withdraw() {
+        withdrawn = true;
+        slotsRegion.close();
     }
 
     /** Withdraws every output, then deregisters the table (reverse order of creation). Idempotent. */

@@ -151,6 +151,33 @@ class ShuffleOutputTableTest {
     }
 
     @Test
+    @Timeout(60)
+    void shouldHideTheTableAtOnceAndKeepItsOutputsUntilClosedWhenWithdrawn(@TempDir Path dir) throws Exception {
+        Path f = dir.resolve("shuffle_6_0_0.data");
+        Files.write(f, new byte[300]);
+        try (RdmaNode executor = RdmaTransport.open(TCP, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(TCP, NodeOptions.loopback());
+             RegisteredOutputTable table = new RegisteredOutputTable(executor, 6, 2)) {
+            table.publish(0, 7, RegisteredMapOutput.register(executor, f, new MapOutputLayout(new long[] {0, 300}, 4096)));
+            int regions = executor.stats().registeredRegions();
+            MemoryRegion sink = reducer.register(ByteBuffer.allocateDirect(4096), RegionAccess.READ_SINK);
+            RdmaChannel ch = reducer.connect(executor.localAddress());
+            RegionDescriptor t = table.descriptor();
+            assertEquals(ReadStatus.SUCCESS, read(ch, t.address(), t.rkey(), ShuffleOutputTable.SLOT_BYTES, sink));
+
+            table.withdraw(); // O(1): the table region only
+            assertEquals(ReadStatus.UNKNOWN_KEY, read(ch, t.address(), t.rkey(), ShuffleOutputTable.SLOT_BYTES, sink));
+            assertEquals(regions - 1, executor.stats().registeredRegions());
+            assertEquals(300, table.registeredOutputBytes(), "the outputs stay registered until the table is closed");
+            assertThrows(IllegalStateException.class, () -> table.publishUnregistered(1, 8));
+
+            table.close();
+            assertEquals(0, table.registeredOutputBytes());
+            assertEquals(0, executor.stats().registeredRegions(), "the output's data and metadata regions are gone too");
+        }
+    }
+
+    @Test
     void shouldRejectCorruptMetadataWhenParsed() {
         ByteBuffer b = ByteBuffer.allocate(24).putInt(1000).putInt(4).putLong(1 << 20).putLong(7).flip();
         assertCorrupt(() -> ShuffleOutputTable.Metadata.parse(b, where(1000, 4)));
