@@ -279,27 +279,15 @@ final class RdmaFetcher<K, V> extends Thread {
                 try (InputStream in = b.open(0, b.length())) {
                     p.out().shuffle(host, in, p.state().partLength(), p.state().rawLength(), shuffle.metrics(),
                             shuffle.reporter());
-                } catch (BlockFetcher.StreamFailed e) {
-                    p.out().abort();
-                    if (dataFault(classifier.failed(e.failure()), e.failure())) {
-                        failed(host, p.mapId(), e.getMessage());
-                        continue;
-                    }
-                    viaHttp.add(p.mapId()); // a window that failed or timed out: a transport fault, as above
-                    shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
-                    client.useHttp(host, "a READ from it failed: " + e.getMessage());
-                    continue;
                 } catch (IOException | RuntimeException | InternalError e) {
-                    // The bytes fail the IFile checksum or do not decode (native codecs throw InternalError on
-                    // corrupt input): the map's data is bad, as Hadoop's fetcher judges it (never READ again here).
                     p.out().abort();
-                    FetchFailure corrupt = new FetchFailure(b.request(), FetchFailure.Kind.CORRUPT, e.toString(), e,
-                            false);
-                    if (dataFault(classifier.corrupt(corrupt, true), corrupt)) {
-                        failed(host, p.mapId(), e.toString());
-                    } else { // the host went to HTTP meanwhile, or this task's node failed: HTTP decides
-                        viaHttp.add(p.mapId());
-                        client.useHttp(host, "a READ from it failed: " + e);
+                    switch (whileShuffling(e, b.request())) {
+                        case BAD_DATA -> failed(host, p.mapId(), e.toString());
+                        default -> {
+                            viaHttp.add(p.mapId());
+                            shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
+                            client.useHttp(host, "a READ from it failed: " + e);
+                        }
                     }
                     continue;
                 } finally {
@@ -318,6 +306,27 @@ final class RdmaFetcher<K, V> extends Thread {
                 shuffle.reporter().incrCounter(RdmaShuffleCounter.BYTES_READ, p.state().partLength());
             }
         }
+    }
+
+    /** What {@link #drain} does about a map output whose bytes could not be handed to the merge manager. */
+    enum Verdict {
+        /** The map's bytes are bad: {@code copyFailed} and {@code hostFailed}, as Hadoop's fetcher reports them. */
+        BAD_DATA,
+        /** Nobody is blamed: the map (and its host) go to Hadoop's HTTP fetcher. */
+        VIA_HTTP,
+        /** The reducer is shutting down (this thread was interrupted): stop, reporting nothing. */
+        STOP,
+        /** This task's own trouble no other path solves: the task fails, blaming nobody. */
+        LOCAL_FAILURE
+    }
+
+    /** The verdict on {@code e}, thrown while the merge manager read the block of {@code r}. */
+    Verdict whileShuffling(Throwable e, BlockFetcher.Request r) {
+        if (e instanceof BlockFetcher.StreamFailed sf) {
+            return dataFault(classifier.failed(sf.failure()), sf.failure()) ? Verdict.BAD_DATA : Verdict.VIA_HTTP;
+        }
+        FetchFailure corrupt = new FetchFailure(r, FetchFailure.Kind.CORRUPT, e.toString(), e, false);
+        return dataFault(classifier.corrupt(corrupt, true), corrupt) ? Verdict.BAD_DATA : Verdict.VIA_HTTP;
     }
 
     /** Puts the maps of {@code batch} from {@code from} on that are not pending into {@code left}. */
