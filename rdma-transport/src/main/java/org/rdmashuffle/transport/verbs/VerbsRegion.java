@@ -77,21 +77,30 @@ final class VerbsRegion implements MemoryRegion {
         return ReadStatus.SUCCESS;
     }
 
+    /**
+     * Deregisters the region, then leaves the node's table: a node closing meanwhile still finds it there, and its
+     * close of it waits here (on this region's lock) until the deregistration returned, so the device is never
+     * closed under a deregistration on another thread. Idempotent.
+     */
     @Override
     public void close() {
+        Exception failed = null;
         synchronized (this) {
             if (!open) {
                 return;
             }
-            open = false;
+            open = false; // READs of it are refused from now on
+            try {
+                mr.deregister();
+            } catch (Exception e) {
+                failed = e;
+            }
         }
         node.deregistered(this);
-        try {
-            mr.deregister();
-        } catch (Exception e) {
+        if (failed != null) {
             // Still registered, maybe: the NIC could write into or serve this memory. It stays mapped and
             // reachable for good (KeptRegions), and the node fails.
-            node.deregistrationFailed(this, e);
+            node.deregistrationFailed(this, failed);
             return;
         }
         if (ownsMapping) {

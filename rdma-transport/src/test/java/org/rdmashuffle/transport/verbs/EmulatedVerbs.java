@@ -87,6 +87,12 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
     volatile boolean deregisterFails;
     /** Deregistrations that failed because {@link #deregisterFails} was set. */
     final AtomicInteger deregFailures = new AtomicInteger();
+    /** While set, each deregistration counts down {@link #deregistering} and waits for it (uninterruptibly). */
+    volatile java.util.concurrent.CountDownLatch deregisterGate;
+    /** Counted down by each deregistration that waits at {@link #deregisterGate}. */
+    volatile java.util.concurrent.CountDownLatch deregistering;
+    /** Deregistrations that returned after their device was closed (a use after free on a real device). */
+    final AtomicInteger deregsAfterClose = new AtomicInteger();
     /** Whether a second closeQuietly waits for the first one's destroy. */
     volatile boolean closeWaits = true;
     /** Whether connect requests carry private data to the listener (java.lang.foreign: yes; DiSNI: no). */
@@ -442,6 +448,25 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
 
         @Override
         public void deregister() throws IOException {
+            java.util.concurrent.CountDownLatch gate = device.factory().deregisterGate;
+            if (gate != null) {
+                device.factory().deregistering.countDown();
+                boolean interrupted = false;
+                while (true) {
+                    try {
+                        gate.await();
+                        break;
+                    } catch (InterruptedException e) {
+                        interrupted = true;
+                    }
+                }
+                if (interrupted) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            if (device.closed) {
+                device.factory().deregsAfterClose.incrementAndGet();
+            }
             device.byKey.remove(key, this);
             if (device.factory().deregisterFails) {
                 device.factory().deregFailures.incrementAndGet();

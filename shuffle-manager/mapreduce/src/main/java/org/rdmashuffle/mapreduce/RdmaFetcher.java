@@ -37,7 +37,9 @@ import org.slf4j.LoggerFactory;
  * {@code hostFailed}, read error), which tells the ApplicationMaster as Hadoop's fetcher does, so the map is
  * rerun; a READ that failed or timed out, a NodeManager whose service went to HTTP meanwhile, or this task's own
  * node failing blames no map: the host goes to Hadoop's own HTTP fetcher, as do outputs the service leaves
- * unregistered and every output of a NodeManager without a service (or one that refuses this job).
+ * unregistered and every output of a NodeManager without a service (or one that refuses this job). This task's
+ * buffers running out — also while the merge manager reads a streamed block — blames nobody either (HTTP serves
+ * the host), and neither does the reducer stopping this thread.
  *
  * <p>Buffers: a block's pooled buffer is given back when the block is closed, right after the merge manager
  * copied its bytes; the fetcher is closed (giving back what is still in flight) when the thread ends or a READ
@@ -153,7 +155,8 @@ final class RdmaFetcher<K, V> extends Thread {
     /**
      * READs one batch of {@code host}'s map outputs.
      *
-     * @return false when the merge manager had no room (the rest of the batch is back in {@code left})
+     * @return false when the merge manager had no room or this task's buffers ran out (the rest of the batch is
+     *     back in {@code left})
      */
     private boolean readBatch(MapHost host, List<TaskAttemptID> batch, Deque<TaskAttemptID> left,
                               List<TaskAttemptID> viaHttp) throws InterruptedException, IOException {
@@ -217,11 +220,22 @@ final class RdmaFetcher<K, V> extends Thread {
             }
             drain(host, pending, viaHttp);
         } catch (BufferPoolException e) {
-            // This task's buffers ran out (not the host's fault): what is not fetched yet goes over HTTP.
+            // This task's buffers ran out (not the host's fault): what is not fetched yet goes over HTTP — unless
+            // the core calls it this task's own failure (an interrupted wait: the reducer stops; a size no buffer
+            // holds), which blames nobody either.
             unprocessed(batch, i, pending, left);
             giveBack(host, pending);
+            if (classifier.poolFailed(e) == ReadOutcome.LOCAL_FAILURE) {
+                if (stopping(e)) {
+                    InterruptedException stop = new InterruptedException("fetcher " + id + " stopped");
+                    stop.initCause(e);
+                    throw stop;
+                }
+                throw e;
+            }
             client.useHttp(host, "this task's receive buffers ran out: " + e.getMessage());
             closeFetcher();
+            room = false; // the rest of this host's maps go back now, and over HTTP
         } catch (InterruptedException | RuntimeException e) {
             unprocessed(batch, i, pending, left);
             giveBack(host, pending);
@@ -279,27 +293,33 @@ final class RdmaFetcher<K, V> extends Thread {
                 try (InputStream in = b.open(0, b.length())) {
                     p.out().shuffle(host, in, p.state().partLength(), p.state().rawLength(), shuffle.metrics(),
                             shuffle.reporter());
-                } catch (BlockFetcher.StreamFailed e) {
-                    p.out().abort();
-                    if (dataFault(classifier.failed(e.failure()), e.failure())) {
-                        failed(host, p.mapId(), e.getMessage());
-                        continue;
-                    }
-                    viaHttp.add(p.mapId()); // a window that failed or timed out: a transport fault, as above
-                    shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
-                    client.useHttp(host, "a READ from it failed: " + e.getMessage());
-                    continue;
                 } catch (IOException | RuntimeException | InternalError e) {
-                    // The bytes fail the IFile checksum or do not decode (native codecs throw InternalError on
-                    // corrupt input): the map's data is bad, as Hadoop's fetcher judges it (never READ again here).
                     p.out().abort();
-                    FetchFailure corrupt = new FetchFailure(b.request(), FetchFailure.Kind.CORRUPT, e.toString(), e,
-                            false);
-                    if (dataFault(classifier.corrupt(corrupt, true), corrupt)) {
-                        failed(host, p.mapId(), e.toString());
-                    } else { // the host went to HTTP meanwhile, or this task's node failed: HTTP decides
-                        viaHttp.add(p.mapId());
-                        client.useHttp(host, "a READ from it failed: " + e);
+                    Verdict v = whileShuffling(e, b.request());
+                    BufferPoolException pool = causeOf(e, BufferPoolException.class);
+                    switch (v) {
+                        case BAD_DATA -> failed(host, p.mapId(), e.toString());
+                        case VIA_HTTP -> {
+                            viaHttp.add(p.mapId());
+                            if (pool != null) {
+                                throw pool; // readBatch sends the rest to HTTP, as for the pool failing in next()
+                            }
+                            shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
+                            client.useHttp(host, "a READ from it failed: " + e);
+                        }
+                        case STOP -> {
+                            shuffle.scheduler().putBackKnownMapOutput(host, p.mapId());
+                            InterruptedException stop = new InterruptedException("fetcher " + id + " stopped");
+                            stop.initCause(e);
+                            throw stop;
+                        }
+                        case LOCAL_FAILURE -> {
+                            shuffle.scheduler().putBackKnownMapOutput(host, p.mapId());
+                            if (pool != null) {
+                                throw pool;
+                            }
+                            throw e instanceof RuntimeException re ? re : new IllegalStateException(e);
+                        }
                     }
                     continue;
                 } finally {
@@ -318,6 +338,78 @@ final class RdmaFetcher<K, V> extends Thread {
                 shuffle.reporter().incrCounter(RdmaShuffleCounter.BYTES_READ, p.state().partLength());
             }
         }
+    }
+
+    /** What {@link #drain} does about a map output whose bytes could not be handed to the merge manager. */
+    enum Verdict {
+        /** The map's bytes are bad: {@code copyFailed} and {@code hostFailed}, as Hadoop's fetcher reports them. */
+        BAD_DATA,
+        /** Nobody is blamed: the map (and its host) go to Hadoop's HTTP fetcher. */
+        VIA_HTTP,
+        /** The reducer is shutting down (this thread was interrupted): stop, reporting nothing. */
+        STOP,
+        /** This task's own trouble no other path solves: the task fails, blaming nobody. */
+        LOCAL_FAILURE
+    }
+
+    /**
+     * The verdict on {@code e}, thrown while the merge manager read the block of {@code r} — by the IFile checksum
+     * or the codec (the bytes' fault, whatever its type: a decoder of Java code throws what it happens to throw on
+     * corrupt input), or by what this task itself does there (not the bytes'): its fetcher's stream (a window that
+     * failed, its pool giving no buffer, the fetcher closed or this thread interrupted), or the merge manager's own
+     * disk while this thread is interrupted. Those are told by what they throw, also when a decoder wrapped it.
+     */
+    Verdict whileShuffling(Throwable e, BlockFetcher.Request r) {
+        if (stopping(e)) {
+            return Verdict.STOP; // the reducer shuts down: nothing read now says anything about the map
+        }
+        BlockFetcher.StreamFailed window = causeOf(e, BlockFetcher.StreamFailed.class);
+        if (window != null) { // a window that failed or timed out: a transport fault unless the core blames bytes
+            return dataFault(classifier.failed(window.failure()), window.failure()) ? Verdict.BAD_DATA
+                    : Verdict.VIA_HTTP;
+        }
+        BufferPoolException pool = causeOf(e, BufferPoolException.class);
+        if (pool != null) { // this task's buffers, not the host's fault
+            return classifier.poolFailed(pool) == ReadOutcome.LOCAL_FAILURE ? Verdict.LOCAL_FAILURE : Verdict.VIA_HTTP;
+        }
+        if (fetchersOwn(e)) {
+            return Verdict.LOCAL_FAILURE;
+        }
+        FetchFailure corrupt = new FetchFailure(r, FetchFailure.Kind.CORRUPT, e.toString(), e, false);
+        return dataFault(classifier.corrupt(corrupt, true), corrupt) ? Verdict.BAD_DATA : Verdict.VIA_HTTP;
+    }
+
+    /** Whether this thread is being stopped: {@link #shutDown} ran, or {@code e} says the thread was interrupted. */
+    private boolean stopping(Throwable e) {
+        return stopped || Thread.currentThread().isInterrupted() || causeOf(e, InterruptedException.class) != null
+                || causeOf(e, java.io.InterruptedIOException.class) != null
+                || causeOf(e, java.nio.channels.ClosedByInterruptException.class) != null;
+    }
+
+    /**
+     * Whether {@code e} (or what it wraps) is an {@link IllegalStateException} the core's fetcher threw about its
+     * own state (a block or fetcher closed, an interrupted wait) rather than one a decoder threw about the bytes.
+     */
+    private static boolean fetchersOwn(Throwable e) {
+        String fetch = BlockFetcher.class.getPackageName() + ".";
+        for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
+            StackTraceElement[] at = t.getStackTrace();
+            if (t instanceof IllegalStateException && at.length > 0 && at[0].getClassName().startsWith(fetch)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** {@code e} or the first of its causes that is a {@code type}, or null (a chain of at most 32). */
+    private static <T extends Throwable> T causeOf(Throwable e, Class<T> type) {
+        Throwable t = e;
+        for (int depth = 0; t != null && depth < 32; depth++, t = t.getCause()) {
+            if (type.isInstance(t)) {
+                return type.cast(t);
+            }
+        }
+        return null;
     }
 
     /** Puts the maps of {@code batch} from {@code from} on that are not pending into {@code left}. */

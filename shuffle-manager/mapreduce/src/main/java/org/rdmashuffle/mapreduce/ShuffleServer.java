@@ -51,6 +51,8 @@ final class ShuffleServer implements AutoCloseable {
      * outputs takes that many deregistrations and unmaps).
      */
     private final java.util.concurrent.ExecutorService deregistrations;
+    /** Runs work on {@link #deregistrations}, a failure of it logged once (WARN) rather than left to the thread. */
+    private final java.util.concurrent.Executor jobStops;
     private int holders;
 
     private ShuffleServer(int port, Configuration conf, RdmaShuffleConf rdma, String bindHost, String advertisedHost)
@@ -66,6 +68,13 @@ final class ShuffleServer implements AutoCloseable {
             Thread t = new Thread(r, "rdma-shuffle-job-stop-" + port);
             t.setDaemon(true);
             return t;
+        });
+        this.jobStops = work -> deregistrations.execute(() -> { // rejected (stopped): the caller runs it itself
+            try {
+                work.run();
+            } catch (RuntimeException | Error e) {
+                LOG.warn("rdma-shuffle: deregistering a stopped job's outputs failed: {}", e.toString(), e);
+            }
         });
         server.scheduleMaintenance(this::captureSecrets, CAPTURE_EVERY_MS);
     }
@@ -121,7 +130,7 @@ final class ShuffleServer implements AutoCloseable {
 
     /** The thread stopped jobs' outputs are deregistered on (tests hold it to see what a stop does meanwhile). */
     java.util.concurrent.Executor deregistrations() {
-        return deregistrations;
+        return jobStops;
     }
 
     /** Waits until the deregistrations of the jobs stopped so far are done (tests). */
@@ -138,7 +147,7 @@ final class ShuffleServer implements AutoCloseable {
      */
     void dropJob(ServedJobs.Job job) {
         job.stopped = true;
-        server.unregisterShuffle(job.shuffleId, deregistrations);
+        server.unregisterShuffle(job.shuffleId, jobStops);
     }
 
     private ControlHandler registerHandler() {
@@ -284,17 +293,16 @@ final class ShuffleServer implements AutoCloseable {
         return at <= fileLength ? offsets : null;
     }
 
-    /** Lets the deregistrations under way finish (bounded), then closes the server: every output goes with it. */
+    /**
+     * Stops taking job stops (one from now on is deregistered on its caller), then closes the server: it closes
+     * every output table — a stopped job's too, whose deregistration the worker has under way (waited for) or
+     * queued — before its node, so no region is deregistered after the node closed. What the worker still has
+     * queued finds its table closed and is dropped.
+     */
     @Override
     public void close() {
         deregistrations.shutdown();
-        try {
-            if (!deregistrations.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS)) {
-                LOG.warn("rdma-shuffle: stopped jobs' outputs were still being deregistered after 10 s; closing");
-            }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
         server.close();
+        deregistrations.shutdownNow();
     }
 }

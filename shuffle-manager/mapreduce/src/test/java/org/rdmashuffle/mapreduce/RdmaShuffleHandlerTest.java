@@ -415,6 +415,52 @@ class RdmaShuffleHandlerTest {
         }
     }
 
+    @Test
+    void shouldLogAJobStopWhoseDeregistrationFailsOnceAsAWarningAndKeepStoppingJobs() throws Exception {
+        java.util.List<String> warnings = new java.util.concurrent.CopyOnWriteArrayList<>();
+        org.apache.log4j.Logger log = org.apache.log4j.Logger.getLogger(ShuffleServer.class);
+        org.apache.log4j.AppenderSkeleton seen = new org.apache.log4j.AppenderSkeleton() {
+            @Override
+            protected void append(org.apache.log4j.spi.LoggingEvent e) {
+                if (e.getLevel() == org.apache.log4j.Level.WARN) {
+                    warnings.add(e.getRenderedMessage());
+                }
+            }
+
+            @Override
+            public void close() {
+            }
+
+            @Override
+            public boolean requiresLayout() {
+                return false;
+            }
+        };
+        log.addAppender(seen);
+        try {
+            service.server().deregistrations().execute(() -> { // as a table's close() that throws on the worker
+                throw new IllegalStateException("deregistering region 7 failed");
+            });
+            service.server().awaitDeregistrations();
+            assertEquals(1, warnings.size(), "one WARN through SLF4J (not the thread's stderr): " + warnings);
+            assertTrue(warnings.get(0).contains("deregistering region 7 failed"), warnings.get(0));
+            // and the next job's stop still runs
+            byte[] secret = "after-a-failed-stop".getBytes();
+            JobID job = runContainer(service, dir.resolve("nm1"), 16, secret);
+            writeMapOutput(dir.resolve("nm1"), job, 0, 0, 30);
+            try (ReducerClient client = reducer(job, secret)) {
+                register(client, service(client), 0, new MapAttempt(0, 0));
+            }
+            service.stopApplication(new ApplicationTerminationContext(
+                    ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId())));
+            service.server().awaitDeregistrations();
+            assertEquals(0, service.server().outputs().registeredOutputBytes());
+            assertEquals(1, warnings.size(), String.valueOf(warnings));
+        } finally {
+            log.removeAppender(seen);
+        }
+    }
+
     private static void assertRefusedAsStopped(RegisterProtocol.Reply reply) {
         assertEquals(RegisterProtocol.UNKNOWN_JOB, reply.status(), reply.reason());
     }

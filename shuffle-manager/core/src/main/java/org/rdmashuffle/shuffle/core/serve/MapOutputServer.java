@@ -454,9 +454,10 @@ public final class MapOutputServer implements AutoCloseable {
 
     /**
      * Stops the maintenance thread (last started, first stopped: no check runs on what closes below), removes
-     * every output table, closes the node (its channels stop and complete their READs before their buffers'
-     * memory goes), then the pool. The directory entry is left to the directory (a process that stops is
-     * removed there by its engine).
+     * every output table and closes it — also those removed earlier whose outputs another thread was deregistering
+     * ({@link #unregisterShuffle(int, Executor)}: waits for the one under way there) — then closes the node (its
+     * channels stop and complete their READs before their buffers' memory goes), then the pool. The directory
+     * entry is left to the directory (a process that stops is removed there by its engine).
      */
     @Override
     public void close() {
@@ -470,6 +471,19 @@ public final class MapOutputServer implements AutoCloseable {
         }
         for (Integer shuffleId : tables.keySet()) {
             unregisterShuffle(shuffleId);
+        }
+        // Tables unregistered earlier whose outputs another thread deregisters (or has queued): closed here, before
+        // the node, so no region is deregistered after the node (a device) closed. A table's close is synchronized
+        // and idempotent: this waits for the one being closed there, and the queued ones find nothing to do.
+        for (RegisteredOutputTable t : closing) {
+            try {
+                t.close();
+            } catch (RuntimeException e) {
+                LOG.warn("rdma-shuffle: process {}: deregistering a removed output table's outputs failed: {}", id,
+                        e.toString(), e);
+            } finally {
+                closing.remove(t);
+            }
         }
         node.close();
         pool.close();
