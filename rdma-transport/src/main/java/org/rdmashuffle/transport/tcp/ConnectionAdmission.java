@@ -38,6 +38,11 @@ final class ConnectionAdmission {
     private static final long HANDSHAKE_GRACE_NANOS = 250_000_000L;
     /** A handshaken connection silent for less than this is never closed to make room for a newcomer. */
     static final long IDLE_EVICTION_SILENCE_NANOS = 1_000_000_000L;
+    /**
+     * Silent connections looked at for one eviction at most: one owing its peer a reply, or found active when
+     * what arrived is taken up, is passed over for the next.
+     */
+    private static final int EVICTION_CANDIDATES = 4;
     /** Evictions of idle connections are logged at most once per this interval, with their count. */
     private static final long EVICTION_LOG_INTERVAL_NANOS = 10_000_000_000L;
 
@@ -260,16 +265,41 @@ final class ConnectionAdmission {
     }
 
     /**
-     * At {@code maxConnections}: resets the handshaken connection silent longest, if silent for a second at
+     * At {@code maxConnections}: closes the handshaken connection silent longest, if silent for a second at
      * least, so that connections which authenticated and then went quiet cannot keep honest newcomers out.
-     * O(1): the head of the activity list.
+     * O(1): the head of the activity list, and at most {@link #EVICTION_CANDIDATES} after it.
+     *
+     * <p>The one that goes is closed in order (a FIN, never a reset), and only with nothing owed to its peer: no
+     * reply bytes queued or being written (such a connection is skipped). What arrived since its last turn is
+     * taken up first: a request that came is answered and the connection, active again, stays; bytes of a frame
+     * that does not complete are no activity. So every request its peer sent and got no byte of reply for was
+     * never read: the peer's channel, seeing the connection closed with no reply under way, reports
+     * {@link org.rdmashuffle.transport.ReadStatus#IDLE_CLOSED} (connect again and post again), and an honest peer
+     * that only paused (a GC, decoding a large block) loses nothing and is blamed for nothing.
      */
     private void evictIdlest() {
-        ServedConnection c = idlest;
         long now = System.nanoTime();
-        if (c == null || now - c.lastActiveNanos < IDLE_EVICTION_SILENCE_NANOS) {
-            return;
+        ServedConnection c = idlest;
+        for (int tried = 0; c != null && tried < EVICTION_CANDIDATES; tried++) {
+            if (now - c.lastActiveNanos < IDLE_EVICTION_SILENCE_NANOS) {
+                return; // the list is in order of activity: none after it is silent longer
+            }
+            ServedConnection next = c.moreActive;
+            if (!c.replyPending()) {
+                responder.serve(c); // takes up what arrived: a request that crossed the silence is answered
+                if (c.isClosed()) {
+                    return; // its peer had closed it, or it broke: room made without an eviction
+                }
+                if (c.inActivityList && now - c.lastActiveNanos >= IDLE_EVICTION_SILENCE_NANOS && !c.replyPending()) {
+                    evict(c, now);
+                    return;
+                }
+            }
+            c = next;
         }
+    }
+
+    private void evict(ServedConnection c, long now) {
         responder.connectionsEvictedIdle++;
         evictionsSinceLog++;
         if (!evictionLogged || now - lastEvictionLogNanos >= EVICTION_LOG_INTERVAL_NANOS) {
@@ -281,7 +311,7 @@ final class ConnectionAdmission {
             lastEvictionLogNanos = now;
             evictionsSinceLog = 0;
         }
-        c.abort();
+        c.close(); // in order: its peer reads the end of the stream after every reply it was sent
     }
 
     /** {@code c} finished its handshake: it joins the activity list as the most recently active. */

@@ -106,6 +106,11 @@ final class ServedConnection {
         return state == State.DRAINING;
     }
 
+    /** Reply bytes are owed to the peer: queued in {@code out}, a payload being written, or an error reply to flush. */
+    boolean replyPending() {
+        return payload != null || out.position() > 0 || closeAfterFlush;
+    }
+
     /** Why this connection must close now, or null. */
     String expiry(long now) {
         switch (state) {

@@ -293,4 +293,52 @@ class TcpIdleConnectionEvictionTest {
             }
         }
     }
+
+    /**
+     * A task holding a channel pauses past a second (decoding a large block, a GC) while the node is full: its
+     * connection may go to a newcomer, but its next READ must not fail — the channel says IDLE_CLOSED (connect
+     * again, as the core's ReadPoster does), never CHANNEL_CLOSED or CONNECTION_LOST, which blame the peer.
+     */
+    @Test
+    @Timeout(60)
+    void shouldNotFailAHeldHonestChannelWhenItIsEvictedWhileIdle() throws Exception {
+        RdmaShuffleConf conf = conf("maxConnections", "2");
+        ByteBuffer content = TcpAttacks.content(36, REGION_BYTES);
+        List<Socket> held = new ArrayList<>();
+        try (TcpNode server = new TcpNode(conf, NodeOptions.loopback());
+             TcpNode client = new TcpNode(conf, new NodeOptions("127.0.0.1", "127.0.0.1", ControlHandler.NONE, null))) {
+            RegionDescriptor d = server.register(content, RegionAccess.REMOTE_READ).descriptor();
+            RdmaChannel ch = client.connect(server.localAddress());
+            ByteBuffer sinkMem = ByteBuffer.allocateDirect(4096);
+            try (MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK)) {
+                readAndCheck(ch, sink, sinkMem, d, content, 0, 4096);
+                assertEquals(Wire.HS_OK, newcomer(server, loopbackAliases(1)[0], held), "second slot");
+                Thread.sleep(1500); // the task holding ch decodes for 1.5 s
+                assertEquals(Wire.HS_OK, newcomer(server, loopbackAliases(2)[1], held), "evicts the idlest");
+                assertEquals(1, server.connectionsEvictedIdle(), "the held channel's connection went");
+                Thread.sleep(200);
+                CompletableFuture<Integer> done = new CompletableFuture<>();
+                int status;
+                try {
+                    ch.post(new ReadBatch(1).add(d.address(), d.rkey(), 4096, sink, 0, 0),
+                            (id, st, len) -> done.complete(st));
+                    status = done.get(30, TimeUnit.SECONDS);
+                } catch (org.rdmashuffle.transport.TransportException e) {
+                    status = e.status();
+                }
+                if (status != ReadStatus.SUCCESS) {
+                    assertEquals(ReadStatus.IDLE_CLOSED, status, "the held honest channel's next READ: "
+                            + ReadStatus.describe(status) + "; evicted " + server.connectionsEvictedIdle());
+                    // What the core's ReadPoster does on IDLE_CLOSED: connect once more and post again.
+                    ch = client.connect(server.localAddress());
+                }
+                readAndCheck(ch, sink, sinkMem, d, content, 8192, 4096);
+            }
+            assertEquals(0, client.stats().readsFailed(), "no READ of the held channel failed");
+        } finally {
+            for (Socket s : held) {
+                s.close();
+            }
+        }
+    }
 }
