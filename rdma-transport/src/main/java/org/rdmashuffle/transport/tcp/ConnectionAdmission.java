@@ -29,6 +29,14 @@ import org.rdmashuffle.transport.RateLimitedLog;
  * activity (a request frame parsed, reply bytes written) in a list linked through the connections, so
  * finding that one is O(1) however many connections there are and whatever a flood does; a connection
  * in use moves to the list's tail on its activity, so it is the last to go.
+ *
+ * <p>A silent connection goes only for a newcomer that finished its handshake (with a secret: proved it).
+ * At {@code maxConnections} a newcomer is admitted past the cap into a handshake slot when a silent
+ * connection could go (one newcomer per such connection at most, {@link #owingRoom}); when its handshake
+ * succeeds the silent one is closed for it ({@link #roomForAuthenticated}), and if none is silent any more
+ * by then, the newcomer's welcome says busy. The one that goes is closed in order and only with nothing
+ * owed to its peer ({@link #evictIdlest}), so its peer's channel reports that nothing outstanding was
+ * served, and its holders connect again.
  */
 final class ConnectionAdmission {
     /**
@@ -73,6 +81,11 @@ final class ConnectionAdmission {
     private long evictionsSinceLog;
     int handshaking;
     int draining;
+    /**
+     * With a secret: newcomers admitted past {@code maxConnections} into a handshake slot, for whom an idle
+     * connection is closed once they prove the secret (never before); they do not count against the cap.
+     */
+    int owingRoom;
 
     ConnectionAdmission(TcpResponder responder, ServerSocketChannel server, Selector selector) {
         this.responder = responder;
@@ -101,17 +114,28 @@ final class ConnectionAdmission {
                 refuseBusy(ch, src);
                 continue;
             }
-            if (connections.size() >= limits.maxConnections()) {
+            if (connections.size() - owingRoom >= limits.maxConnections()) {
                 // A connection draining after an error reply is worth less than a new one.
                 evictOldestDraining(null);
             }
             if (handshaking >= limits.maxHandshaking()) {
                 evictForHandshake();
             }
-            if (connections.size() >= limits.maxConnections() && handshaking < limits.maxHandshaking()) {
-                evictIdlest(); // only when the newcomer would then be admitted
+            boolean owesRoom = false;
+            if (connections.size() - owingRoom >= limits.maxConnections() && handshaking < limits.maxHandshaking()) {
+                int room = evictable();
+                if (owingRoom >= room && room > 0) {
+                    evictOwingPastGrace(); // a newcomer that owes room and has not handshaken in time gives way
+                }
+                if (owingRoom < room) {
+                    // Admitted past the cap into a handshake slot; room is made only once it finished its
+                    // handshake (roomForAuthenticated): with a secret, a raw connect of someone without it evicts
+                    // nobody, and without one, a socket that never says HELLO evicts nobody either.
+                    owesRoom = true;
+                }
             }
-            if (connections.size() >= limits.maxConnections() || handshaking >= limits.maxHandshaking()) {
+            if ((!owesRoom && connections.size() - owingRoom >= limits.maxConnections())
+                    || handshaking >= limits.maxHandshaking()) {
                 refuseBusy(ch, null);
                 continue;
             }
@@ -129,6 +153,10 @@ final class ConnectionAdmission {
                 connections.add(c);
                 responder.connectionCount = connections.size();
                 handshaking++;
+                if (owesRoom) {
+                    c.owesRoom = true;
+                    owingRoom++;
+                }
                 if (src != null) {
                     src.connections++;
                     src.handshaking++;
@@ -314,6 +342,60 @@ final class ConnectionAdmission {
         c.close(); // in order: its peer reads the end of the stream after every reply it was sent
     }
 
+    /**
+     * Handshaken connections silent for a second at least, counted from the idlest up to
+     * {@link #EVICTION_CANDIDATES}: how many newcomers may wait past the cap for room.
+     */
+    private int evictable() {
+        long now = System.nanoTime();
+        int n = 0;
+        for (ServedConnection c = idlest; c != null && n < EVICTION_CANDIDATES
+                && now - c.lastActiveNanos >= IDLE_EVICTION_SILENCE_NANOS; c = c.moreActive) {
+            n++;
+        }
+        return n;
+    }
+
+    /**
+     * Resets the newcomer admitted past the cap (owing room) that has been in its handshake longest, if longer
+     * than the grace period: sockets that never finish a handshake cannot hold the room silent connections
+     * would make for honest newcomers.
+     */
+    private void evictOwingPastGrace() {
+        long now = System.nanoTime();
+        ServedConnection oldest = null;
+        for (int i = 0; i < connections.size(); i++) {
+            ServedConnection c = connections.get(i);
+            if (c.owesRoom && now - c.acceptedNanos > HANDSHAKE_GRACE_NANOS
+                    && (oldest == null || c.acceptedNanos - oldest.acceptedNanos < 0)) {
+                oldest = c;
+            }
+        }
+        if (oldest != null) {
+            responder.connectionsClosedByLimit++;
+            responder.limitLog.warn("closing connection from {}: still in its handshake, past "
+                    + "spark.shuffle.rdma.maxConnections={}, when a new connection came", oldest.remote,
+                    limits.maxConnections());
+            oldest.abort();
+        }
+    }
+
+    /**
+     * {@code c}, admitted past {@code maxConnections} while owing room, proved the secret: an idle connection
+     * is closed for it now ({@link #evictIdlest}); false when none could be, and {@code c} is refused busy.
+     */
+    boolean roomForAuthenticated(ServedConnection c) {
+        if (!c.owesRoom) {
+            return true;
+        }
+        c.owesRoom = false;
+        owingRoom--;
+        if (connections.size() - owingRoom > limits.maxConnections()) {
+            evictIdlest();
+        }
+        return connections.size() - owingRoom <= limits.maxConnections();
+    }
+
     /** {@code c} finished its handshake: it joins the activity list as the most recently active. */
     void handshaken(ServedConnection c, long now) {
         c.lastActiveNanos = now;
@@ -362,6 +444,10 @@ final class ConnectionAdmission {
 
     /** {@code c} gives back its handshake slot (handshake done, refused or failed, or the connection closed). */
     void leaveHandshake(ServedConnection c) {
+        if (c.owesRoom) {
+            c.owesRoom = false; // refused or closed before it proved the secret: it makes no room
+            owingRoom--;
+        }
         c.inHandshake = false;
         handshaking--;
         if (c.source != null) {
@@ -404,6 +490,7 @@ final class ConnectionAdmission {
         }
         connections.clear();
         responder.connectionCount = 0;
+        owingRoom = 0;
         idlest = null;
         busiest = null;
         try {

@@ -35,6 +35,11 @@ final class ServedConnection {
     final long acceptedNanos = System.nanoTime();
     /** Holds a handshake slot: accepted, and the handshake neither done nor refused. */
     boolean inHandshake = true;
+    /**
+     * Admitted past {@code maxConnections} on a node with a secret: an idle connection goes for it once it
+     * proves the secret ({@link ConnectionAdmission#roomForAuthenticated}), not before.
+     */
+    boolean owesRoom;
     /** Small heap buffers until the handshake succeeds, then direct ones. */
     ByteBuffer in = ByteBuffer.allocate(TcpResponder.HANDSHAKE_IN_BUFFER_BYTES);
     ByteBuffer out = ByteBuffer.allocate(TcpResponder.HANDSHAKE_BUFFER_BYTES);
