@@ -27,8 +27,11 @@ public final class ReadStatus {
     /** The peer's reply did not follow the protocol. */
     public static final int PROTOCOL_ERROR = 67;
     /**
-     * The channel closed itself after going unused for the idle timeout (nothing was outstanding): a
-     * holder that posts to it later gets this and should connect again.
+     * The channel closed without serving this: it closed itself after going unused for the idle timeout
+     * (nothing was outstanding), or its peer closed the connection in order with no reply under way (to
+     * make room for a newcomer while the channel was silent, or closing its node), so no request that
+     * completes with this was served. A holder that posts to the channel later gets this too: connect
+     * again and post again (a peer that is gone then fails the connect).
      */
     public static final int IDLE_CLOSED = 68;
 

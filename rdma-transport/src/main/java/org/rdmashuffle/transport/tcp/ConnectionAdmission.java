@@ -29,6 +29,14 @@ import org.rdmashuffle.transport.RateLimitedLog;
  * activity (a request frame parsed, reply bytes written) in a list linked through the connections, so
  * finding that one is O(1) however many connections there are and whatever a flood does; a connection
  * in use moves to the list's tail on its activity, so it is the last to go.
+ *
+ * <p>A silent connection goes only for a newcomer that finished its handshake (with a secret: proved it).
+ * At {@code maxConnections} a newcomer is admitted past the cap into a handshake slot when a silent
+ * connection could go (one newcomer per such connection at most, {@link #owingRoom}); when its handshake
+ * succeeds the silent one is closed for it ({@link #roomForAuthenticated}), and if none is silent any more
+ * by then, the newcomer's welcome says busy. The one that goes is closed in order and only with nothing
+ * owed to its peer ({@link #evictIdlest}), so its peer's channel reports that nothing outstanding was
+ * served, and its holders connect again.
  */
 final class ConnectionAdmission {
     /**
@@ -38,6 +46,11 @@ final class ConnectionAdmission {
     private static final long HANDSHAKE_GRACE_NANOS = 250_000_000L;
     /** A handshaken connection silent for less than this is never closed to make room for a newcomer. */
     static final long IDLE_EVICTION_SILENCE_NANOS = 1_000_000_000L;
+    /**
+     * Silent connections looked at for one eviction at most: one owing its peer a reply, or found active when
+     * what arrived is taken up, is passed over for the next.
+     */
+    private static final int EVICTION_CANDIDATES = 4;
     /** Evictions of idle connections are logged at most once per this interval, with their count. */
     private static final long EVICTION_LOG_INTERVAL_NANOS = 10_000_000_000L;
 
@@ -68,6 +81,11 @@ final class ConnectionAdmission {
     private long evictionsSinceLog;
     int handshaking;
     int draining;
+    /**
+     * With a secret: newcomers admitted past {@code maxConnections} into a handshake slot, for whom an idle
+     * connection is closed once they prove the secret (never before); they do not count against the cap.
+     */
+    int owingRoom;
 
     ConnectionAdmission(TcpResponder responder, ServerSocketChannel server, Selector selector) {
         this.responder = responder;
@@ -96,17 +114,28 @@ final class ConnectionAdmission {
                 refuseBusy(ch, src);
                 continue;
             }
-            if (connections.size() >= limits.maxConnections()) {
+            if (connections.size() - owingRoom >= limits.maxConnections()) {
                 // A connection draining after an error reply is worth less than a new one.
                 evictOldestDraining(null);
             }
             if (handshaking >= limits.maxHandshaking()) {
                 evictForHandshake();
             }
-            if (connections.size() >= limits.maxConnections() && handshaking < limits.maxHandshaking()) {
-                evictIdlest(); // only when the newcomer would then be admitted
+            boolean owesRoom = false;
+            if (connections.size() - owingRoom >= limits.maxConnections() && handshaking < limits.maxHandshaking()) {
+                int room = evictable();
+                if (owingRoom >= room && room > 0) {
+                    evictOwingPastGrace(); // a newcomer that owes room and has not handshaken in time gives way
+                }
+                if (owingRoom < room) {
+                    // Admitted past the cap into a handshake slot; room is made only once it finished its
+                    // handshake (roomForAuthenticated): with a secret, a raw connect of someone without it evicts
+                    // nobody, and without one, a socket that never says HELLO evicts nobody either.
+                    owesRoom = true;
+                }
             }
-            if (connections.size() >= limits.maxConnections() || handshaking >= limits.maxHandshaking()) {
+            if ((!owesRoom && connections.size() - owingRoom >= limits.maxConnections())
+                    || handshaking >= limits.maxHandshaking()) {
                 refuseBusy(ch, null);
                 continue;
             }
@@ -124,6 +153,10 @@ final class ConnectionAdmission {
                 connections.add(c);
                 responder.connectionCount = connections.size();
                 handshaking++;
+                if (owesRoom) {
+                    c.owesRoom = true;
+                    owingRoom++;
+                }
                 if (src != null) {
                     src.connections++;
                     src.handshaking++;
@@ -260,16 +293,41 @@ final class ConnectionAdmission {
     }
 
     /**
-     * At {@code maxConnections}: resets the handshaken connection silent longest, if silent for a second at
+     * At {@code maxConnections}: closes the handshaken connection silent longest, if silent for a second at
      * least, so that connections which authenticated and then went quiet cannot keep honest newcomers out.
-     * O(1): the head of the activity list.
+     * O(1): the head of the activity list, and at most {@link #EVICTION_CANDIDATES} after it.
+     *
+     * <p>The one that goes is closed in order (a FIN, never a reset), and only with nothing owed to its peer: no
+     * reply bytes queued or being written (such a connection is skipped). What arrived since its last turn is
+     * taken up first: a request that came is answered and the connection, active again, stays; bytes of a frame
+     * that does not complete are no activity. So every request its peer sent and got no byte of reply for was
+     * never read: the peer's channel, seeing the connection closed with no reply under way, reports
+     * {@link org.rdmashuffle.transport.ReadStatus#IDLE_CLOSED} (connect again and post again), and an honest peer
+     * that only paused (a GC, decoding a large block) loses nothing and is blamed for nothing.
      */
     private void evictIdlest() {
-        ServedConnection c = idlest;
         long now = System.nanoTime();
-        if (c == null || now - c.lastActiveNanos < IDLE_EVICTION_SILENCE_NANOS) {
-            return;
+        ServedConnection c = idlest;
+        for (int tried = 0; c != null && tried < EVICTION_CANDIDATES; tried++) {
+            if (now - c.lastActiveNanos < IDLE_EVICTION_SILENCE_NANOS) {
+                return; // the list is in order of activity: none after it is silent longer
+            }
+            ServedConnection next = c.moreActive;
+            if (!c.replyPending()) {
+                responder.serve(c); // takes up what arrived: a request that crossed the silence is answered
+                if (c.isClosed()) {
+                    return; // its peer had closed it, or it broke: room made without an eviction
+                }
+                if (c.inActivityList && now - c.lastActiveNanos >= IDLE_EVICTION_SILENCE_NANOS && !c.replyPending()) {
+                    evict(c, now);
+                    return;
+                }
+            }
+            c = next;
         }
+    }
+
+    private void evict(ServedConnection c, long now) {
         responder.connectionsEvictedIdle++;
         evictionsSinceLog++;
         if (!evictionLogged || now - lastEvictionLogNanos >= EVICTION_LOG_INTERVAL_NANOS) {
@@ -281,7 +339,61 @@ final class ConnectionAdmission {
             lastEvictionLogNanos = now;
             evictionsSinceLog = 0;
         }
-        c.abort();
+        c.close(); // in order: its peer reads the end of the stream after every reply it was sent
+    }
+
+    /**
+     * Handshaken connections silent for a second at least, counted from the idlest up to
+     * {@link #EVICTION_CANDIDATES}: how many newcomers may wait past the cap for room.
+     */
+    private int evictable() {
+        long now = System.nanoTime();
+        int n = 0;
+        for (ServedConnection c = idlest; c != null && n < EVICTION_CANDIDATES
+                && now - c.lastActiveNanos >= IDLE_EVICTION_SILENCE_NANOS; c = c.moreActive) {
+            n++;
+        }
+        return n;
+    }
+
+    /**
+     * Resets the newcomer admitted past the cap (owing room) that has been in its handshake longest, if longer
+     * than the grace period: sockets that never finish a handshake cannot hold the room silent connections
+     * would make for honest newcomers.
+     */
+    private void evictOwingPastGrace() {
+        long now = System.nanoTime();
+        ServedConnection oldest = null;
+        for (int i = 0; i < connections.size(); i++) {
+            ServedConnection c = connections.get(i);
+            if (c.owesRoom && now - c.acceptedNanos > HANDSHAKE_GRACE_NANOS
+                    && (oldest == null || c.acceptedNanos - oldest.acceptedNanos < 0)) {
+                oldest = c;
+            }
+        }
+        if (oldest != null) {
+            responder.connectionsClosedByLimit++;
+            responder.limitLog.warn("closing connection from {}: still in its handshake, past "
+                    + "spark.shuffle.rdma.maxConnections={}, when a new connection came", oldest.remote,
+                    limits.maxConnections());
+            oldest.abort();
+        }
+    }
+
+    /**
+     * {@code c}, admitted past {@code maxConnections} while owing room, proved the secret: an idle connection
+     * is closed for it now ({@link #evictIdlest}); false when none could be, and {@code c} is refused busy.
+     */
+    boolean roomForAuthenticated(ServedConnection c) {
+        if (!c.owesRoom) {
+            return true;
+        }
+        c.owesRoom = false;
+        owingRoom--;
+        if (connections.size() - owingRoom > limits.maxConnections()) {
+            evictIdlest();
+        }
+        return connections.size() - owingRoom <= limits.maxConnections();
     }
 
     /** {@code c} finished its handshake: it joins the activity list as the most recently active. */
@@ -332,6 +444,10 @@ final class ConnectionAdmission {
 
     /** {@code c} gives back its handshake slot (handshake done, refused or failed, or the connection closed). */
     void leaveHandshake(ServedConnection c) {
+        if (c.owesRoom) {
+            c.owesRoom = false; // refused or closed before it proved the secret: it makes no room
+            owingRoom--;
+        }
         c.inHandshake = false;
         handshaking--;
         if (c.source != null) {
@@ -374,6 +490,7 @@ final class ConnectionAdmission {
         }
         connections.clear();
         responder.connectionCount = 0;
+        owingRoom = 0;
         idlest = null;
         busiest = null;
         try {

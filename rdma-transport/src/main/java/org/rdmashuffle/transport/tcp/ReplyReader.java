@@ -99,10 +99,11 @@ final class ReplyReader {
         int r = socket.read(rx);
         rx.flip();
         if (r < 0) {
-            if (ring.head == ring.tail && !rx.hasRemaining()) {
+            if (!rx.hasRemaining()) {
+                // At a reply boundary: no byte of any outstanding request's reply came, so none was served.
                 throw new TcpChannel.IdleClosed();
             }
-            throw new EOFException("peer closed the connection");
+            throw new EOFException("peer closed the connection mid-reply");
         }
         return r > 0;
     }

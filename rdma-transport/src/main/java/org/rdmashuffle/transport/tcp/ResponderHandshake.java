@@ -115,6 +115,9 @@ final class ResponderHandshake {
                 status = ok ? Wire.HS_OK : Wire.HS_AUTH_FAILED;
             }
         }
+        if (status == Wire.HS_OK && !responder.admission.roomForAuthenticated(c)) {
+            status = Wire.HS_BUSY; // past maxConnections, and no connection silent for a second any more
+        }
         boolean ok = status == Wire.HS_OK;
         c.out.putInt(status);
         c.out.put(ok ? Handshake.proof(key, 's', c.clientNonce, c.serverNonce, c.realmBytes)

@@ -35,6 +35,11 @@ final class ServedConnection {
     final long acceptedNanos = System.nanoTime();
     /** Holds a handshake slot: accepted, and the handshake neither done nor refused. */
     boolean inHandshake = true;
+    /**
+     * Admitted past {@code maxConnections} on a node with a secret: an idle connection goes for it once it
+     * proves the secret ({@link ConnectionAdmission#roomForAuthenticated}), not before.
+     */
+    boolean owesRoom;
     /** Small heap buffers until the handshake succeeds, then direct ones. */
     ByteBuffer in = ByteBuffer.allocate(TcpResponder.HANDSHAKE_IN_BUFFER_BYTES);
     ByteBuffer out = ByteBuffer.allocate(TcpResponder.HANDSHAKE_BUFFER_BYTES);
@@ -104,6 +109,11 @@ final class ServedConnection {
 
     boolean isDraining() {
         return state == State.DRAINING;
+    }
+
+    /** Reply bytes are owed to the peer: queued in {@code out}, a payload being written, or an error reply to flush. */
+    boolean replyPending() {
+        return payload != null || out.position() > 0 || closeAfterFlush;
     }
 
     /** Why this connection must close now, or null. */

@@ -386,6 +386,9 @@ final class TcpChannel implements RdmaChannel {
             }
             failed = true;
         }
+        if (status == ReadStatus.IDLE_CLOSED) {
+            closedStatus = ReadStatus.IDLE_CLOSED; // before open goes false: a post that sees it closed says so
+        }
         open = false;
         if (status != ReadStatus.CHANNEL_CLOSED && status != ReadStatus.IDLE_CLOSED) {
             LOG.warn("channel to {} failed: {}", peer, reason);
@@ -463,12 +466,18 @@ final class TcpChannel implements RdmaChannel {
         return "TcpChannel[" + peer + (open ? "" : ", closed") + "]";
     }
 
-    /** The peer closed the connection while nothing was outstanding on it: not an error. */
+    /**
+     * The peer closed the connection in order (the end of the stream, not a reset) with no reply under way:
+     * every request still outstanding got no byte of its reply, so the peer never served it. A peer does so
+     * to make room for a newcomer when this connection was silent ({@code maxConnections}), or when its node
+     * closes; either way not this channel's error: it fails with {@link ReadStatus#IDLE_CLOSED}, and its
+     * holders connect again and post again (a peer that is gone then refuses the connect).
+     */
     static final class IdleClosed extends IOException {
         private static final long serialVersionUID = 1L;
 
         IdleClosed() {
-            super("peer closed an idle connection");
+            super("peer closed the connection with no reply under way");
         }
     }
 

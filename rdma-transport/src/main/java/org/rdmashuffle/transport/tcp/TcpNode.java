@@ -219,6 +219,10 @@ public final class TcpNode implements RdmaNode {
             ByteBuffer welcome = ByteBuffer.allocate(Wire.WELCOME_BYTES);
             receive(sc, sel, welcome, deadline);
             status = welcome.getInt();
+            if (status == Wire.HS_BUSY) {
+                // past the peer's maxConnections, it found no silent connection to close for this one
+                throw new IOException("refused at handshake: " + Wire.handshakeStatus(status)); // worth a retry
+            }
             if (status != Wire.HS_OK) {
                 throw new HandshakeRefused(Wire.handshakeStatus(status, realmName));
             }

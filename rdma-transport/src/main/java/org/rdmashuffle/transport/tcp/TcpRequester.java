@@ -45,7 +45,7 @@ final class TcpRequester implements Runnable {
         } catch (TcpChannel.ProtocolException e) {
             c.fail(ReadStatus.PROTOCOL_ERROR, e.getMessage());
         } catch (TcpChannel.IdleClosed e) {
-            c.fail(ReadStatus.CHANNEL_CLOSED, e.getMessage());
+            c.fail(ReadStatus.IDLE_CLOSED, e.getMessage());
         } catch (Throwable t) {
             c.fail(ReadStatus.CONNECTION_LOST, t.toString());
         }

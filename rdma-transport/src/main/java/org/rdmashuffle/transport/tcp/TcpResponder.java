@@ -237,8 +237,8 @@ final class TcpResponder implements Runnable {
         serve((ServedConnection) k.attachment());
     }
 
-    /** One connection's turn in this wakeup, within its budget. */
-    private void serve(ServedConnection c) {
+    /** One connection's turn in this wakeup, within its budget (also asked by the admission before an eviction). */
+    void serve(ServedConnection c) {
         c.servicedRound = round;
         try {
             c.service();

@@ -293,4 +293,106 @@ class TcpIdleConnectionEvictionTest {
             }
         }
     }
+
+    /**
+     * A task holding a channel pauses past a second (decoding a large block, a GC) while the node is full: its
+     * connection may go to a newcomer, but its next READ must not fail — the channel says IDLE_CLOSED (connect
+     * again, as the core's ReadPoster does), never CHANNEL_CLOSED or CONNECTION_LOST, which blame the peer.
+     */
+    @Test
+    @Timeout(60)
+    void shouldNotFailAHeldHonestChannelWhenItIsEvictedWhileIdle() throws Exception {
+        RdmaShuffleConf conf = conf("maxConnections", "2");
+        ByteBuffer content = TcpAttacks.content(36, REGION_BYTES);
+        List<Socket> held = new ArrayList<>();
+        try (TcpNode server = new TcpNode(conf, NodeOptions.loopback());
+             TcpNode client = new TcpNode(conf, new NodeOptions("127.0.0.1", "127.0.0.1", ControlHandler.NONE, null))) {
+            RegionDescriptor d = server.register(content, RegionAccess.REMOTE_READ).descriptor();
+            RdmaChannel ch = client.connect(server.localAddress());
+            ByteBuffer sinkMem = ByteBuffer.allocateDirect(4096);
+            try (MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK)) {
+                readAndCheck(ch, sink, sinkMem, d, content, 0, 4096);
+                assertEquals(Wire.HS_OK, newcomer(server, loopbackAliases(1)[0], held), "second slot");
+                Thread.sleep(1500); // the task holding ch decodes for 1.5 s
+                assertEquals(Wire.HS_OK, newcomer(server, loopbackAliases(2)[1], held), "evicts the idlest");
+                assertEquals(1, server.connectionsEvictedIdle(), "the held channel's connection went");
+                Thread.sleep(200);
+                CompletableFuture<Integer> done = new CompletableFuture<>();
+                int status;
+                try {
+                    ch.post(new ReadBatch(1).add(d.address(), d.rkey(), 4096, sink, 0, 0),
+                            (id, st, len) -> done.complete(st));
+                    status = done.get(30, TimeUnit.SECONDS);
+                } catch (org.rdmashuffle.transport.TransportException e) {
+                    status = e.status();
+                }
+                if (status != ReadStatus.SUCCESS) {
+                    assertEquals(ReadStatus.IDLE_CLOSED, status, "the held honest channel's next READ: "
+                            + ReadStatus.describe(status) + "; evicted " + server.connectionsEvictedIdle());
+                    // What the core's ReadPoster does on IDLE_CLOSED: connect once more and post again.
+                    ch = client.connect(server.localAddress());
+                }
+                readAndCheck(ch, sink, sinkMem, d, content, 8192, 4096);
+            }
+            assertEquals(0, client.stats().readsFailed(), "no READ of the held channel failed");
+        } finally {
+            for (Socket s : held) {
+                s.close();
+            }
+        }
+    }
+
+    /**
+     * With a secret, a silent connection goes only for a newcomer that proved it: raw connects that never say
+     * HELLO, and handshakes with a wrong secret, close no honest channel however silent it is.
+     */
+    @Test
+    @Timeout(60)
+    void shouldEvictNoSilentChannelWhenNewcomersDoNotProveTheSecret() throws Exception {
+        RdmaShuffleConf conf = conf("maxConnections", "2", "connectTimeout", "20s");
+        ByteBuffer content = TcpAttacks.content(37, REGION_BYTES);
+        byte[] wrong = "not-the-secret".getBytes(StandardCharsets.UTF_8);
+        List<Socket> held = new ArrayList<>();
+        NodeOptions withSecret = new NodeOptions("127.0.0.1", "127.0.0.1", ControlHandler.NONE, SECRET);
+        try (TcpNode server = new TcpNode(conf, withSecret);
+             TcpNode client = new TcpNode(conf, withSecret)) {
+            RegionDescriptor d = server.register(content, RegionAccess.REMOTE_READ).descriptor();
+            RdmaChannel ch = client.connect(server.localAddress());
+            ByteBuffer sinkMem = ByteBuffer.allocateDirect(4096);
+            try (MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK);
+                 TcpAttacks.IdleHandshaken idle = new TcpAttacks.IdleHandshaken(target(server), loopbackAliases(1), 1,
+                         SECRET)) {
+                readAndCheck(ch, sink, sinkMem, d, content, 0, 4096);
+                assertEquals(1, idle.held.size(), "the node is full: " + idle);
+                Thread.sleep(1500); // both silent past a second
+                InetAddress[] sources = loopbackAliases(8);
+                for (int i = 0; i < 6; i++) {
+                    Socket s = TcpAttacks.open(target(server), sources[2 + i], 5000);
+                    held.add(s);
+                    if (i % 2 == 1) {
+                        int status;
+                        try {
+                            status = TcpAttacks.handshake(s, wrong);
+                        } catch (java.io.IOException resetWhenRefused) {
+                            status = Wire.HS_BUSY;
+                        }
+                        assertTrue(status != Wire.HS_OK, "a wrong secret is never welcome: " + status);
+                    } // else a raw connect that never says HELLO
+                    Thread.sleep(300);
+                }
+                assertEquals(0, server.connectionsEvictedIdle(), "no silent channel closed for an unproven newcomer");
+                readAndCheck(ch, sink, sinkMem, d, content, 4096, 4096);
+                assertEquals(1, client.stats().channelsOpened(), "the honest channel lived on");
+                Socket s = TcpAttacks.open(target(server), sources[1], 5000);
+                held.add(s);
+                assertEquals(Wire.HS_OK, TcpAttacks.handshake(s, SECRET), "a newcomer that proves the secret");
+                assertEquals(1, server.connectionsEvictedIdle(), "made room by closing the silent one");
+                readAndCheck(ch, sink, sinkMem, d, content, 8192, 4096);
+            }
+        } finally {
+            for (Socket s : held) {
+                s.close();
+            }
+        }
+    }
 }

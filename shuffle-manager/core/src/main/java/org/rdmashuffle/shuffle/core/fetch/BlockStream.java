@@ -278,6 +278,17 @@ final class BlockStream {
             giveBack(w);
             return;
         }
+        if (status == ReadStatus.IDLE_CLOSED && !w.postedAgainAfterClose) {
+            // The channel closed before serving the window's READs (see RequestStateMachine.takeUp): posted once
+            // more into the same buffer, where ReadPoster connects again; charged again by the post.
+            w.postedAgainAfterClose = true;
+            steps.budget.uncharge(w.charged);
+            FetchFailure f = steps.poster.postWindow(w, w.buffer, w.windowAt, w.bytes);
+            if (f != null) {
+                fail(f);
+            }
+            return;
+        }
         if (status != ReadStatus.SUCCESS) {
             giveBack(w);
             fail(RequestStateMachine.failure(request, FetchFailure.Kind.WINDOW, "data READ failed at byte "
@@ -286,6 +297,7 @@ final class BlockStream {
             return;
         }
         readNanos += w.landedNanos() - w.postedNanos;
+        w.postedAgainAfterClose = false; // the step is reused for a later window, which may post again once
         w.windowReady = true;
     }
 

@@ -84,6 +84,11 @@ final class FetchStep implements ReadListener {
     boolean windowReady;
     long postedNanos;
     boolean inFlight;
+    /**
+     * Its READs came back {@link ReadStatus#IDLE_CLOSED} (the channel closed before serving them) and were posted
+     * once more on a fresh channel; a second such answer fails as any other (a window: reset when one lands).
+     */
+    boolean postedAgainAfterClose;
     /** This step's entries in the order of posts ({@link ReadPoster}), one per post; all but the last are stale. */
     int postedEntries;
     /**

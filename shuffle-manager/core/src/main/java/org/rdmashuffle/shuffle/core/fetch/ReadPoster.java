@@ -157,8 +157,11 @@ final class ReadPoster {
     }
 
     /**
-     * Posts to the peer's channel. A channel that closed itself after going unused while this task held
-     * it (the transport's idle timeout: nothing was outstanding on it) is replaced once by a fresh one.
+     * Posts to the peer's channel. A channel that closed without serving anything outstanding ({@link
+     * ReadStatus#IDLE_CLOSED}: it went unused for the transport's idle timeout while this task held it, or its
+     * peer closed the connection in order to make room for a newcomer while it was silent) is replaced once by
+     * a fresh one. READs that completed with that status are posted again by their step
+     * ({@link RequestStateMachine#takeUp}, {@link BlockStream#landed}) and come here.
      */
     private void postTo(FetchStep s) throws TransportException {
         FetchPeer p = s.peer;

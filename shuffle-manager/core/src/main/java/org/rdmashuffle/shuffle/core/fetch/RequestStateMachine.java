@@ -281,6 +281,14 @@ final class RequestStateMachine {
         budget.readsDone(s);
         poster.prune();
         int status = s.status();
+        if (status == ReadStatus.IDLE_CLOSED && s.phase != Phase.WINDOW && !s.postedAgainAfterClose) {
+            // The channel closed before serving these READs (its peer made room while the channel was silent, or it
+            // went unused): nobody failed. Posted once more, where ReadPoster connects again.
+            s.postedAgainAfterClose = true;
+            buffers.giveBack(s);
+            s.peer.waiting.addFirst(s);
+            return null;
+        }
         switch (s.phase) {
             case SLOT -> {
                 try {
