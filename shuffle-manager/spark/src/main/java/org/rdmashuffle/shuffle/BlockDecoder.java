@@ -7,6 +7,7 @@ import java.util.function.Supplier;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.serializer.SerializerInstance;
 import org.apache.spark.serializer.SerializerManager;
+import org.rdmashuffle.shuffle.core.fetch.BlockFetcher;
 import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
 import org.slf4j.LoggerFactory;
 import scala.Tuple2;
@@ -15,22 +16,27 @@ import scala.collection.Iterator;
 /**
  * Turns a block's bytes into records as Spark's reader does: decryption and decompression through the
  * SerializerManager, then the shuffle's serializer; with {@code spark.shuffle.detectCorrupt} a corrupt byte
- * met while records are read becomes the FetchFailedException naming the block. One per reduce task, used on
- * its task thread only.
+ * met while records are read becomes the exception its block's {@link Corruption} gives (what that means is not
+ * decided here). One per reduce task, used on its task thread only.
  */
 final class BlockDecoder {
+    /** What a block's bytes found corrupt while its records are read (some handed on already) become. */
+    @FunctionalInterface
+    interface Corruption {
+        /** @return the exception to throw from the read that met {@code e} */
+        RuntimeException corrupt(IOException e);
+    }
+
     private final SerializerManager serializerManager;
     private final SerializerInstance serializer;
-    private final FetchFailures failures;
     private final boolean detectCorrupt;
     private final boolean detectCorruptEarly;
     /** Decoded bytes read at once with {@code detectCorrupt.useExtraMemory}. */
     private final long decodeAheadBytes;
 
-    BlockDecoder(SparkEnv env, SerializerInstance serializer, FetchFailures failures, long maxBytesInFlight) {
+    BlockDecoder(SparkEnv env, SerializerInstance serializer, long maxBytesInFlight) {
         this.serializerManager = env.serializerManager();
         this.serializer = serializer;
-        this.failures = failures;
         this.detectCorrupt = SparkInterop.detectCorrupt(env.conf());
         this.detectCorruptEarly = SparkInterop.detectCorruptUseExtraMemory(env.conf());
         this.decodeAheadBytes = Math.max(1, maxBytesInFlight / 3);
@@ -54,15 +60,34 @@ final class BlockDecoder {
     /**
      * The records of a block {@link #decode decoded} from {@code raw}: with {@code spark.shuffle.detectCorrupt}
      * and a compressed or encrypted block, an {@code IOException} while its records are read (a corrupt byte)
-     * becomes the {@code FetchFailedException} Spark's reader throws, naming the block's map output, so Spark
-     * reruns that map instead of failing the task until the job aborts. Its message is then the cause
-     * {@code diagnosis} gives (Spark's sentence, asked of the serving side with the block's checksum), when
-     * it gives one.
+     * becomes what {@code corruption} gives: for a local block the {@code FetchFailedException} Spark's reader
+     * throws, naming the block's map output (so Spark reruns that map instead of failing the task until the job
+     * aborts); for a READ block what the core decides ({@link ReadOutcomeTranslator#corruptMidDecode}).
      */
-    Iterator<Tuple2<Object, Object>> records(BlockOrigin o, InputStream raw, InputStream decoded,
-                                             Supplier<String> diagnosis) {
+    Iterator<Tuple2<Object, Object>> records(InputStream raw, InputStream decoded, Corruption corruption) {
         return SparkInterop.records(serializer, decoded == raw || !detectCorrupt ? decoded
-                : new CorruptionGuard(o, decoded, diagnosis));
+                : new CorruptionGuard(decoded, corruption));
+    }
+
+    /**
+     * The failure of block {@code o}, found corrupt ({@code e}) while its records were read, from {@code r} (null:
+     * a local block): its message is the cause {@code diagnosed} (Spark's sentence, asked of the serving side with
+     * the block's checksum), when there is one.
+     */
+    static FetchFailure corruption(BlockOrigin o, BlockFetcher.Request r, String diagnosed, IOException e) {
+        return new FetchFailure(r, FetchFailure.Kind.CORRUPT, diagnosed != null ? diagnosed + " (from " + o.address()
+                + ": " + e.getMessage() + ")" : "block " + o.blockId() + " from " + o.address() + " is corrupt: "
+                + e.getMessage(), e, false);
+    }
+
+    /** Asks {@code diagnosis} why block {@code o} is corrupt: null when it cannot say (logged). */
+    static String diagnosed(BlockOrigin o, Supplier<String> diagnosis) {
+        try {
+            return diagnosis.get();
+        } catch (RuntimeException d) {
+            LoggerFactory.getLogger(BlockDecoder.class).warn("cannot diagnose corrupt block {}", o.blockId(), d);
+            return null;
+        }
     }
 
     /** The records of a stream Spark's fetcher decoded (and checked) already. */
@@ -70,26 +95,16 @@ final class BlockDecoder {
         return SparkInterop.records(serializer, decoded);
     }
 
-    private final class CorruptionGuard extends FilterInputStream {
-        private final BlockOrigin origin;
-        private final Supplier<String> diagnosis;
+    private static final class CorruptionGuard extends FilterInputStream {
+        private final Corruption corruption;
 
-        CorruptionGuard(BlockOrigin origin, InputStream decoded, Supplier<String> diagnosis) {
+        CorruptionGuard(InputStream decoded, Corruption corruption) {
             super(decoded);
-            this.origin = origin;
-            this.diagnosis = diagnosis;
+            this.corruption = corruption;
         }
 
         private RuntimeException corrupt(IOException e) {
-            String why = null;
-            try {
-                why = diagnosis.get();
-            } catch (RuntimeException d) {
-                LoggerFactory.getLogger(BlockDecoder.class).warn("cannot diagnose corrupt block {}", origin.blockId(), d);
-            }
-            return failures.fetchFailed(origin, new FetchFailure(null, why != null ? why + " (from " + origin.address()
-                    + ": " + e.getMessage() + ")" : "block " + origin.blockId() + " from " + origin.address()
-                    + " is corrupt: " + e.getMessage(), e));
+            return corruption.corrupt(e);
         }
 
         @Override

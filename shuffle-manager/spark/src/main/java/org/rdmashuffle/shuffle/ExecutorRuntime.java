@@ -106,7 +106,8 @@ final class ExecutorRuntime implements AutoCloseable {
                 List.copyOf(server.shufflesWithTable()), server.registeredOutputBytes(), reads.controlBytesRead(),
                 server.unregisteredOutputs(), server.unregisteredOutputBytes(), reads.receiveMemoryFallbacks(),
                 reads.blocksViaEngine(), remote.peersForgotten(), orphans.dropped(), reads.metadataReadsAgain(),
-                reads.poolExhaustedFallbacks(), failed() ? 1 : 0, nodeRestarts, reads.hostLocalBlocks());
+                reads.poolExhaustedFallbacks(), failed() ? 1 : 0, nodeRestarts, reads.hostLocalBlocks(),
+                reads.buffersWithheld());
     }
 
     /** Closes the server: its maintenance thread first, then its tables, node and pool. */

@@ -3,6 +3,7 @@ package org.rdmashuffle.shuffle;
 import java.io.IOException;
 import java.io.InputStream;
 import java.util.List;
+import java.util.function.Supplier;
 import org.apache.spark.network.buffer.ManagedBuffer;
 import org.apache.spark.shuffle.ShuffleBlockResolver;
 import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
@@ -69,10 +70,13 @@ final class LocalBlocks implements AutoCloseable {
             throw failures.fetchFailed(o, new FetchFailure(null, "cannot read local block " + id + ": "
                     + e.getMessage(), e));
         }
-        return decoder.records(o, stream, decoded, unit.size() > 1
+        Supplier<String> why = unit.size() > 1
                 ? () -> diagnosis.notDiagnosed(o.blockId(), id + " is a batch; checksums are kept per block")
                 : () -> diagnosis.diagnose(o.address(), o.blockId(),
-                        () -> SparkInterop.blockData(resolver, o.blockId()).createInputStream()));
+                        () -> SparkInterop.blockData(resolver, o.blockId()).createInputStream());
+        // Not a READ: Spark's reader's rule, the FetchFailedException naming the block (its map is rerun)
+        return decoder.records(stream, decoded, e -> failures.fetchFailed(o,
+                BlockDecoder.corruption(o, null, BlockDecoder.diagnosed(o, why), e)));
     }
 
     /** Closes the open block's stream, if any. */

@@ -71,12 +71,15 @@ public final class RdmaShuffleManager implements ShuffleManager {
      * @param nodeRestarts nodes started after one failed, in this executor's life
      * @param hostLocalBlocks blocks of other executors on this host its reducers read from their disk
      *     ({@code spark.shuffle.readHostLocalDisk}, as Spark's reader does) instead of READing them
+     * @param buffersWithheld receive buffers its reducers kept out of the pool because posting their READs failed
+     *     part-way (each back once its READs land; never when some were not accepted)
      */
     public record ExecutorStats(String executorId, NodeStats node, BufferPoolStats pool, List<Integer> shuffles,
                                 long registeredOutputBytes, long controlBytesRead, long unregisteredOutputs,
                                 long unregisteredOutputBytes, long receiveMemoryFallbacks, long blocksViaSpark,
                                 long peersForgotten, long orphanShufflesDropped, long metadataReadsAgain,
-                                long poolExhaustedTasks, long nodeFailed, long nodeRestarts, long hostLocalBlocks)
+                                long poolExhaustedTasks, long nodeFailed, long nodeRestarts, long hostLocalBlocks,
+                                long buffersWithheld)
             implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
     }

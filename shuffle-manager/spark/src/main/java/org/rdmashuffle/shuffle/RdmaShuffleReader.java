@@ -20,8 +20,6 @@ import org.rdmashuffle.shuffle.core.directory.PeerDirectory;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RegionDescriptor;
 import org.rdmashuffle.transport.TransportException;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 import scala.Product2;
 import scala.Tuple2;
 import scala.Tuple3;
@@ -40,12 +38,12 @@ import scala.collection.Iterator;
  *
  * <p>Threads: {@link #read} and the records it returns run on the task thread; the READs complete on the
  * transport's completion threads inside the fetcher ({@link RemoteBlocks}); a node found failed is withdrawn
- * on the runtime's maintenance thread. Here a peer is blamed while planning when it cannot be reached or
- * serves no READs under {@code fallback=never} (never when this executor's own node failed, nor when the
- * peer withdrew its node — {@link FetchFailures#nodeWithdrawn}).
+ * on the runtime's maintenance thread. Here a peer is blamed while planning when it serves no READs under
+ * {@code fallback=never}, or when its output table cannot be looked up and the core's classifier says to
+ * ({@link ReadOutcomeTranslator#tableLookupFailed}: not when this executor's own node failed, nor when the peer
+ * withdrew its node).
  */
 final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
-    private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleReader.class);
 
     private final RdmaShuffleManager manager;
     private final RdmaShuffleHandle handle;
@@ -159,27 +157,13 @@ final class RdmaShuffleReader<K, C> implements ShuffleReader<K, C> {
                 table = rt.remote.table(bm.executorId(), peer, found.incarnation(), shuffleId);
             } catch (TransportException e) {
                 rt.remote.forgetPeer(bm.executorId(), peer, shuffleId);
-                if (rt.failed()) {
-                    // This executor's own node failed, not the peer's: nothing was read yet, so the whole task
-                    // goes through Spark's path and nobody is blamed.
-                    rt.nodeFailureSeen();
-                    LOG.debug("this executor's node failed ({}); the task reads through Spark's path",
-                            rt.failureReason(), e);
+                ReadOutcomeTranslator.LookupFailed to = ReadOutcomeTranslator.tableLookupFailed(rt, failures,
+                        blocks.get(0), peer, found.incarnation(), e, ess && !never); // or throws, blaming the peer
+                if (to == ReadOutcomeTranslator.LookupFailed.TASK_VIA_SPARK) {
                     return sortRead();
                 }
-                String withdrawn = never ? null : FetchFailures.nodeWithdrawn(rt, bm.executorId(), peer, found.incarnation());
-                if (withdrawn != null) {
-                    rt.reads.noteEnginePath(bm.executorId(), withdrawn);
-                    viaSpark.put(bm, BlockOrigin.tracked(blocks));
-                    continue;
-                }
-                if (ess && !never) { // gone, or going: the external shuffle service serves its files
-                    rt.reads.noteEnginePath(bm.executorId(), "its node cannot be reached (" + e.getMessage() + "); the "
-                            + "external shuffle service serves its files", true);
-                    viaSpark.put(bm, BlockOrigin.tracked(blocks));
-                    continue;
-                }
-                throw failures.fetchFailed(blocks.get(0), new FetchFailure(null, e.getMessage(), e));
+                viaSpark.put(bm, BlockOrigin.tracked(blocks));
+                continue;
             }
             if (table == null) {
                 why = "executor " + bm.executorId() + " holds no output table for shuffle " + shuffleId

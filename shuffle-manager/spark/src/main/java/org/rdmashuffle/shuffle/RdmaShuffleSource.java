@@ -72,6 +72,7 @@ final class RdmaShuffleSource implements Source {
         gauge("fetch.hostLocalBlocks", s -> s.hostLocalBlocks());
         gauge("fetch.peersForgotten", s -> s.peersForgotten());
         gauge("fetch.metadataReadsAgain", s -> s.metadataReadsAgain());
+        gauge("fetch.buffersWithheld", s -> s.buffersWithheld());
         gauge("registrations.orphanShufflesDropped", s -> s.orphanShufflesDropped());
         if (directoryNodes != null) {
             registry.register("driver.directoryNodes", (Gauge<Long>) () -> (long) directoryNodes.get());

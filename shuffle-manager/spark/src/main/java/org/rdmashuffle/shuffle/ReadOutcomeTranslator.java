@@ -1,9 +1,11 @@
 package org.rdmashuffle.shuffle;
 
+import java.io.IOException;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.function.Supplier;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.BufferPoolException;
 import org.rdmashuffle.shuffle.core.fetch.BlockFetcher;
@@ -11,6 +13,7 @@ import org.rdmashuffle.shuffle.core.fetch.FailedReadClassifier;
 import org.rdmashuffle.shuffle.core.fetch.FetchFailure;
 import org.rdmashuffle.shuffle.core.fetch.ReadOutcome;
 import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.TransportException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -70,6 +73,53 @@ final class ReadOutcomeTranslator {
         this.sparkAfterFailure = sparkAfterFailure;
         this.classifier = new FailedReadClassifier(rt::failed, this::peerWithdrew,
                 rt.conf.fallback() != RdmaShuffleConf.Fallback.NEVER);
+    }
+
+    /** Where a peer's blocks go when its output table could not be looked up ({@link #tableLookupFailed}). */
+    enum LookupFailed {
+        /** This executor's node failed: the whole task reads through Spark's path, nobody blamed. */
+        TASK_VIA_SPARK,
+        /** The peer withdrew its node, or an external shuffle service serves its files: its blocks via Spark. */
+        PEER_VIA_SPARK
+    }
+
+    /**
+     * The output table of {@code first}'s executor, at {@code peer} (incarnation {@code incarnation}), could not be
+     * looked up ({@code e}), before any READ of the task: the core decides ({@link FailedReadClassifier#failed}, a
+     * {@link FetchFailure.Kind#TABLE} failure) whether this executor's node failed ({@code TASK_VIA_SPARK}), the
+     * peer withdrew its node ({@code PEER_VIA_SPARK}, asked of the driver unless fallback=never) or the peer is
+     * blamed: the FetchFailedException naming {@code first} is thrown — or, when an external shuffle service
+     * serves the rest ({@code sparkAfterFailure}), the peer's blocks go through Spark's client
+     * ({@code PEER_VIA_SPARK}), as after a failed READ ({@link #fetchFailed}).
+     */
+    static LookupFailed tableLookupFailed(ExecutorRuntime rt, FetchFailures failures, BlockOrigin first,
+                                          NodeAddress peer, long incarnation, TransportException e,
+                                          boolean sparkAfterFailure) {
+        String executorId = first.address().executorId();
+        String[] withdrawn = new String[1];
+        FailedReadClassifier lookup = new FailedReadClassifier(rt::failed,
+                r -> (withdrawn[0] = FetchFailures.nodeWithdrawn(rt, executorId, peer, incarnation)) != null,
+                rt.conf.fallback() != RdmaShuffleConf.Fallback.NEVER);
+        int reduceId = first.blockId().reduceId();
+        FetchFailure f = new FetchFailure(new BlockFetcher.Request(peer, null, first.mapIndex(),
+                first.blockId().mapId(), reduceId, reduceId + 1), FetchFailure.Kind.TABLE, e.getMessage(), e, false);
+        ReadOutcome outcome = lookup.failed(f);
+        if (outcome == ReadOutcome.OWN_NODE_FAILED) {
+            // nothing was read yet: the whole task goes through Spark's path and nobody is blamed
+            rt.nodeFailureSeen();
+            LOG.debug("this executor's node failed ({}); the task reads through Spark's path", rt.failureReason(), e);
+            return LookupFailed.TASK_VIA_SPARK;
+        }
+        if (outcome == ReadOutcome.ENGINE_PATH) {
+            rt.reads.noteEnginePath(executorId, withdrawn[0]);
+            return LookupFailed.PEER_VIA_SPARK;
+        }
+        if (sparkAfterFailure) { // gone, or going: the external shuffle service serves its files
+            rt.reads.noteEnginePath(executorId, "its node cannot be reached (" + e.getMessage() + "); the external "
+                    + "shuffle service serves its files", true);
+            return LookupFailed.PEER_VIA_SPARK;
+        }
+        throw failures.fetchFailed(first, f);
     }
 
     /** Whether the READs were given up (the fetcher is closed): every request goes through Spark's path. */
@@ -160,24 +210,46 @@ final class ReadOutcomeTranslator {
 
     /**
      * A streamed block's window failed after records of the block were handed on (the caller gave the block
-     * back): the FetchFailedException naming the block, or — when this executor's node failed or the peer
-     * withdrew its node — a task failure that blames nobody (the block cannot switch to Spark's path midway; the
-     * task is retried).
+     * back): as {@link #handedOnFailed}.
      */
     RuntimeException streamFailed(BlockOrigin o, BlockFetcher.StreamFailed e) {
-        NodeAddress peer = o.peer();
         ReadOutcome outcome = classifier.failed(e.failure());
+        return outcome == ReadOutcome.BLAME_PEER
+                ? failures.fetchFailed(o, e.failure()) // forgets the peer's cached table and metadata too
+                : handedOnFailed(o, outcome, "streamed", e);
+    }
+
+    /**
+     * Bytes of a READ block, {@code r}, found corrupt ({@code e}) while its records were read, some handed on
+     * already (the caller gave the block back): the core decides as for any failure naming the peer
+     * ({@link FailedReadClassifier#failed}, {@code CORRUPT}); {@code BLAME_PEER} is the FetchFailedException
+     * naming the block with the cause {@code diagnosis} finds (asked only then), the rest as
+     * {@link #handedOnFailed}.
+     */
+    RuntimeException corruptMidDecode(BlockOrigin o, BlockFetcher.Request r, IOException e, Supplier<String> diagnosis) {
+        ReadOutcome outcome = classifier.failed(BlockDecoder.corruption(o, r, null, e));
+        if (outcome != ReadOutcome.BLAME_PEER) {
+            return handedOnFailed(o, outcome, "decoded", e);
+        }
+        return failures.fetchFailed(o, BlockDecoder.corruption(o, r, BlockDecoder.diagnosed(o, diagnosis), e));
+    }
+
+    /**
+     * A block failed after records of it were handed on, not blamed on the peer ({@code OWN_NODE_FAILED}, or
+     * {@code ENGINE_PATH}: the peer withdrew its node): the block cannot switch to Spark's path midway, so the task
+     * fails blaming nobody (it is retried); the peer's other blocks not READ yet go through Spark's path.
+     *
+     * @param doing what was done with the block ("streamed", "decoded")
+     */
+    private RuntimeException handedOnFailed(BlockOrigin o, ReadOutcome outcome, String doing, Exception cause) {
         if (outcome == ReadOutcome.OWN_NODE_FAILED) {
             rt.nodeFailureSeen();
             return new IllegalStateException("this executor's RDMA node failed while block " + o.blockId()
-                    + " was streamed (" + rt.failureReason() + "); the task is retried", e);
+                    + " was " + doing + " (" + rt.failureReason() + "); the task is retried", cause);
         }
-        if (outcome == ReadOutcome.ENGINE_PATH) {
-            peerToSparkPath(peer);
-            return new IllegalStateException("executor " + o.address().executorId() + " withdrew its RDMA node while "
-                    + "block " + o.blockId() + " was streamed from it; the task is retried, blaming nobody", e);
-        }
-        return failures.fetchFailed(o, e.failure()); // forgets the peer's cached table and metadata too
+        peerToSparkPath(o.peer());
+        return new IllegalStateException("executor " + o.address().executorId() + " withdrew its RDMA node while "
+                + "block " + o.blockId() + " was " + doing + " from it; the task is retried, blaming nobody", cause);
     }
 
     /**

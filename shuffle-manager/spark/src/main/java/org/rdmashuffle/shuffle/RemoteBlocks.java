@@ -177,5 +177,6 @@ final class RemoteBlocks implements AutoCloseable {
         fetcher.close();
         rt.reads.addControlBytesRead(fetcher.controlBytesRead());
         rt.reads.addMetadataReadsAgain(fetcher.metadataReadsAgain());
+        rt.reads.addBuffersWithheld(fetcher.buffersWithheld());
     }
 }

@@ -167,13 +167,14 @@ final class TakenBlock implements AutoCloseable {
         metrics.incRemoteBytesRead(to - from);
         BlockFetcher.Block landed = block;
         try {
-            return decoder.records(o, raw, decoder.decode(o, raw), () -> {
-                // mid-stream: the task fails with this block; its buffer goes back before the serving side is asked
+            return decoder.records(raw, decoder.decode(o, raw), e -> {
+                // mid-stream: the task fails with this block (records of it were handed on); its buffer goes back
+                // before the serving side is asked, the checksum of its bytes as they landed taken first
                 Supplier<String> q = question(landed, unit, from, to);
                 if (landed == block) {
                     release();
                 }
-                return q.get();
+                return outcomes.corruptMidDecode(o, landed.request(), e, q);
             });
         } catch (IOException e) {
             BlockFetcher.Request again = requests.again(unit);

@@ -64,7 +64,7 @@ final class TaskBlocks extends AbstractIterator<Product2<Object, Object>> implem
         this.context = context;
         this.metrics = metrics;
         SparkEnv env = SparkEnv.get();
-        BlockDecoder decoder = new BlockDecoder(env, dep.serializer().newInstance(), failures,
+        BlockDecoder decoder = new BlockDecoder(env, dep.serializer().newInstance(),
                 rt.conf.maxBytesInFlight());
         CorruptionDiagnosis diagnosis = new CorruptionDiagnosis(env);
         this.local = new LocalBlocks(local, batch, manager.shuffleBlockResolver(), diagnosis, decoder, failures, metrics);

@@ -155,4 +155,50 @@ class RdmaShuffleCorruptionTest {
             }
         }
     }
+
+    /**
+     * Issue 33: bytes found corrupt while a READ block's records were read (some handed on already) blamed the
+     * peer without asking the core's classifier whether the peer withdrew its node. Every executor has every
+     * peer's node cached from a first reduce; one map output is corrupted and its executor's node leaves the
+     * driver's directory (as a failed node withdraws itself); the second reduce READs the corrupt blocks from the
+     * cached node: the task fails blaming nobody and is retried, the withdrawn executor's blocks then coming through
+     * Spark's path (whose own corruption check reruns the map), and every record is right.
+     */
+    @Test
+    @Timeout(600)
+    void shouldBlameNobodyWhenABlockIsFoundCorruptMidDecodeAfterItsPeerWithdrewItsNode() throws Exception {
+        List<String> expected;
+        try (LocalCluster clean = LocalCluster.inProcess(conf(false))) {
+            expected = RdmaShuffleTaskEndTest.digests(RdmaShuffleTaskEndTest.records(clean.sc)
+                    .partitionBy(new HashPartitioner(PARTITIONS)));
+        }
+        SparkConf conf = conf(true).set("spark.shuffle.rdma.localBlocksFromDisk", "false")
+                .set("spark.shuffle.detectCorrupt.useExtraMemory", "false") // found while records are read
+                .set("spark.task.maxFailures", "4");
+        try (LocalCluster cluster = new LocalCluster(conf)) {
+            JavaPairRDD<Integer, byte[]> shuffled = RdmaShuffleTaskEndTest.records(cluster.sc)
+                    .partitionBy(new HashPartitioner(PARTITIONS));
+            assertEquals(expected, RdmaShuffleTaskEndTest.digests(shuffled)); // every executor READ every other
+            int shuffleId = ((ShuffleDependency<?, ?, ?>) shuffled.rdd().dependencies().head()).shuffleId();
+            String what = cluster.sc.parallelize(List.of(0), 1).map(x -> flipOneMapOutput(shuffleId)).collect().get(0);
+            assertFalse(what.isEmpty() || what.endsWith(":0"), "no map output was corrupted: " + what);
+            String corrupted = what.substring(0, what.indexOf(':'));
+            // its node withdrawn from the driver's directory; the readers still hold it cached
+            new NodeDirectory.Client(cluster.sc.getConf(), SparkEnv.get().rpcEnv()).forget(corrupted);
+            int failuresBefore = cluster.recorder.fetchFailures.size();
+            int failedTasksBefore = cluster.recorder.failedTasks.size();
+            List<String> got = RdmaShuffleTaskEndTest.digests(shuffled);
+            cluster.drainEvents();
+            assertEquals(expected, got, "records after corrupting " + what);
+            List<String> blamedByReads = cluster.recorder.fetchFailures.subList(failuresBefore,
+                    cluster.recorder.fetchFailures.size()).stream().map(FetchFailed::message)
+                    .filter(m -> m.contains("from BlockManagerId(")).toList(); // the READ path's words, not Spark's
+            assertTrue(blamedByReads.isEmpty(), "a READ block found corrupt mid-decode blamed executor " + corrupted
+                    + ", which withdrew its node: " + blamedByReads);
+            List<String> failed = cluster.recorder.failedTasks.subList(failedTasksBefore,
+                    cluster.recorder.failedTasks.size());
+            assertTrue(failed.stream().anyMatch(t -> t.contains("withdrew its RDMA node while block")
+                    && t.contains("was decoded from it")), "no task failed blaming nobody: " + failed);
+        }
+    }
 }

@@ -424,6 +424,14 @@ public final class BlockFetcher implements AutoCloseable {
         return steps.metadataReadsAgain();
     }
 
+    /**
+     * Buffers this fetcher kept out of the pool because a post threw after the channel may have accepted some of
+     * its READs: each comes back once they all land, never when some were not accepted.
+     */
+    public long buffersWithheld() {
+        return buffers.withheld();
+    }
+
     /** Bytes this fetcher READ from output tables and metadata regions (not block data). */
     public long controlBytesRead() {
         return steps.controlBytesRead();

@@ -6,7 +6,8 @@ import org.rdmashuffle.pool.BufferPoolException;
 /**
  * Decides, once for every engine, what a reader does about a READ or a block that failed ({@link ReadOutcome}):
  * a failed or timed-out READ, a failed window of a streamed block, a size that does not match the engine's
- * tracker, bytes corrupt after their re-READ, this reader's own node failing, a peer that withdrew or replaced its
+ * tracker, bytes corrupt after their re-READ or while their records are read, a peer's output table that cannot be
+ * looked up, this reader's own node failing, a peer that withdrew or replaced its
  * node, a pool that gives no buffer. The engine's adapter supplies what only it can know — whether this reader's
  * node failed, whether a peer withdrew its node ({@link PeerNodes}), whether the engine has a path of its own to
  * fall back to — and turns the outcome into the engine's words.
@@ -44,7 +45,9 @@ public final class FailedReadClassifier {
 
     /**
      * A failure that names a peer: a READ that failed or timed out, a streamed block's window, a size the tracker
-     * does not allow, bytes corrupt after their re-READ.
+     * does not allow, bytes corrupt after their re-READ or while their records were read, an output table lookup
+     * ({@link FetchFailure.Kind#TABLE}). The caller knows whether records of the block were handed on already
+     * (then {@link ReadOutcome#ENGINE_PATH} cannot take that block, and the task fails blaming nobody).
      *
      * @return {@link ReadOutcome#OWN_NODE_FAILED}, {@link ReadOutcome#ENGINE_PATH} (the peer withdrew its node)
      *     or {@link ReadOutcome#BLAME_PEER}

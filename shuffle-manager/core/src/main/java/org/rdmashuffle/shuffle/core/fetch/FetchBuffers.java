@@ -51,6 +51,8 @@ final class FetchBuffers {
     /** Steps whose READs all completed, for the task thread; drained by close. */
     private final LinkedBlockingQueue<FetchStep> landedSteps = new LinkedBlockingQueue<>();
     private volatile boolean closed;
+    /** Buffers {@link #withhold withheld} after a post threw (task thread). */
+    private long withheld;
 
     FetchBuffers(BufferPool pool, FetchBudget budget) {
         this.pool = pool;
@@ -103,9 +105,18 @@ final class FetchBuffers {
      */
     void withhold(FetchStep s) {
         s.abandoned = true;
+        withheld++;
         if (!closed) {
             budget.uncharge(s.charged);
         }
+    }
+
+    /**
+     * Buffers {@link #withhold withheld} so far: each stays out of the pool until its READs land, for good when
+     * some were never accepted (no completion comes for those).
+     */
+    long withheld() {
+        return withheld;
     }
 
     /** A {@link #withhold withheld} step's READs all completed: its buffer goes back (task thread). */

@@ -21,8 +21,17 @@ public final class FetchFailure extends Exception {
         WINDOW,
         /** The block's size does not match what the engine's map output tracker says of it. */
         SIZE,
-        /** The block's bytes are corrupt, also after they were READ again. */
-        CORRUPT
+        /**
+         * The block's bytes are corrupt: also after they were READ again, or found so while its records were read
+         * (some handed on already, so the block cannot go through the engine's path).
+         */
+        CORRUPT,
+        /**
+         * The peer's output table could not be looked up (its node could not be reached or answered with an
+         * error), before any READ of its blocks: the request names the peer and the first block's map output, its
+         * {@link BlockFetcher.Request#table() table} is null (not known).
+         */
+        TABLE
     }
 
     private final transient BlockFetcher.Request request;

@@ -31,6 +31,7 @@ public final class ReadAccounting {
     private final LongAdder hostLocalBlocks = new LongAdder();
     private final LongAdder controlBytesRead = new LongAdder();
     private final LongAdder metadataReadsAgain = new LongAdder();
+    private final LongAdder buffersWithheld = new LongAdder();
 
     /** @param id the process's id in log lines (its executor id) */
     public ReadAccounting(String id) {
@@ -75,6 +76,20 @@ public final class ReadAccounting {
             metadataReadsAgain.add(n);
             LOG.info("rdma-shuffle: {} metadata window(s) READ again in process {} because what landed did not make "
                     + "sense (fetch.metadataReadsAgain)", n, id);
+        }
+    }
+
+    /**
+     * Counts receive buffers a task's fetcher kept out of the pool because a post threw after the channel may have
+     * accepted some of its READs ({@code BlockFetcher.buffersWithheld}): memory a READ may still write into is
+     * never reused, and a buffer whose READs were not all accepted never comes back. Logged at WARN.
+     */
+    public void addBuffersWithheld(long n) {
+        if (n > 0) {
+            buffersWithheld.add(n);
+            LOG.warn("rdma-shuffle: {} receive buffer(s) of process {} kept out of the pool because posting their READs "
+                    + "failed part-way (fetch.buffersWithheld); those whose READs were not all accepted never come "
+                    + "back", n, id);
         }
     }
 
@@ -141,5 +156,9 @@ public final class ReadAccounting {
 
     public long metadataReadsAgain() {
         return metadataReadsAgain.sum();
+    }
+
+    public long buffersWithheld() {
+        return buffersWithheld.sum();
     }
 }

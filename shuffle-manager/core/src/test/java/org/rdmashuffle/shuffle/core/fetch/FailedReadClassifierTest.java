@@ -15,6 +15,9 @@ class FailedReadClassifierTest {
             new RegionDescriptor(4096, 1024, 7), 2, 2, 0, 1);
 
     /** The peers the classifier asked about, and whether they withdrew their node. */
+    /** A table lookup's request: the peer and the first block's map output, no table known yet. */
+    private static final BlockFetcher.Request LOOKUP = new BlockFetcher.Request(R.peer(), null, 2, 2, 0, 1);
+
     private static final class Peers implements FailedReadClassifier.PeerNodes {
         final List<BlockFetcher.Request> asked = new ArrayList<>();
         final boolean withdrew;
@@ -37,7 +40,25 @@ class FailedReadClassifierTest {
                 new FetchFailure(R, FetchFailure.Kind.TIMEOUT, "no block arrived (the window at byte 0)", null, false),
                 new FetchFailure(R, FetchFailure.Kind.WINDOW, "data READ failed at byte 65536", null, false),
                 new FetchFailure(R, FetchFailure.Kind.SIZE, "map output at peer does not match", null, false),
-                new FetchFailure(R, FetchFailure.Kind.CORRUPT, "corrupt again after a second READ", null, false));
+                new FetchFailure(R, FetchFailure.Kind.CORRUPT, "corrupt again after a second READ", null, false),
+                new FetchFailure(R, FetchFailure.Kind.CORRUPT, "corrupt while its records were read", null, false));
+    }
+
+    @Test
+    void shouldAskWhetherThePeerWithdrewItsNodeWhenItsOutputTableCannotBeLookedUp() {
+        FetchFailure f = new FetchFailure(LOOKUP, FetchFailure.Kind.TABLE, "connection refused", null, false);
+        Peers withdrew = new Peers(true);
+        assertEquals(ReadOutcome.ENGINE_PATH, new FailedReadClassifier(() -> false, withdrew, true).failed(f));
+        assertEquals(List.of(LOOKUP), withdrew.asked, "the origin asked about");
+        assertEquals(ReadOutcome.BLAME_PEER, new FailedReadClassifier(() -> false, new Peers(false), true).failed(f));
+        Peers notAsked = new Peers(true);
+        assertEquals(ReadOutcome.BLAME_PEER, new FailedReadClassifier(() -> false, notAsked, false).failed(f),
+                "no engine path allowed: the peer is blamed");
+        assertEquals(List.of(), notAsked.asked, "asked about a peer although no engine path is allowed");
+        Peers own = new Peers(true);
+        assertEquals(ReadOutcome.OWN_NODE_FAILED, new FailedReadClassifier(() -> true, own, false).failed(f),
+                "this node failed: nobody is blamed, also under fallback=never");
+        assertEquals(List.of(), own.asked, "asked about a peer although this node failed");
     }
 
     @Test

@@ -98,6 +98,7 @@ class ReadPosterTest {
                 gate[0].awaitLanded(0); // the READ wrote into the buffer: it was in flight all along
                 assertEquals(1, pool.stats().inUseBuffers(),
                         "the buffer went back to the pool while a READ accepted into it was in flight");
+                assertEquals(1, fetcher.buffersWithheld(), "the buffer kept out of the pool was not counted");
                 gate[0].release(0);
                 assertTrue(eventually(60, () -> {
                     fetcher.progress();
