@@ -22,9 +22,18 @@ public final class RdmaTransport {
      * machine has.
      */
     public static RdmaNode open(RdmaShuffleConf conf, NodeOptions options) throws IOException {
+        return openChosen(conf, options).node();
+    }
+
+    /** A node and which provider it runs and why. */
+    public record Opened(RdmaNode node, TransportChoice choice) {
+    }
+
+    /** Opens a node as {@link #open} does, and says which provider it runs and why. */
+    public static Opened openChosen(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         switch (conf.provider()) {
             case TCP:
-                return new TcpNode(conf, options);
+                return new Opened(new TcpNode(conf, options), TransportChoice.tcp("provider=tcp", false));
             case VERBS: {
                 Optional<String> unsupported = verbsCannotServe(options);
                 if (unsupported.isPresent()) {
@@ -37,7 +46,8 @@ public final class RdmaTransport {
                             + missing.get() + ". Use provider=tcp or auto.");
                 }
                 try {
-                    return new VerbsNode(conf, options);
+                    VerbsNode n = new VerbsNode(conf, options);
+                    return new Opened(n, verbsChoice(n, "provider=verbs"));
                 } catch (IOException | LinkageError e) {
                     throw new TransportException("spark.shuffle.rdma.provider=verbs, but the verbs node did not start: "
                             + e.getMessage() + ". Use provider=tcp or auto.", e);
@@ -48,19 +58,24 @@ public final class RdmaTransport {
                 Optional<String> missing = verbsCannotServe(options).or(() -> VerbsSupport.missing(conf.verbsApi()));
                 if (missing.isPresent()) {
                     LOG.info("spark.shuffle.rdma.provider=auto: using tcp ({})", missing.get());
-                    return new TcpNode(conf, options);
+                    return new Opened(new TcpNode(conf, options), TransportChoice.tcp("auto: " + missing.get(), true));
                 }
                 try {
                     VerbsNode n = new VerbsNode(conf, options);
                     LOG.info("spark.shuffle.rdma.provider=auto: using verbs through {}", n.api());
-                    return n;
+                    return new Opened(n, verbsChoice(n, "provider=auto"));
                 } catch (IOException | LinkageError e) {
                     LOG.info("spark.shuffle.rdma.provider=auto: using tcp (the verbs node did not start on {}: {})",
                             options.bindHost(), e.getMessage());
-                    return new TcpNode(conf, options);
+                    return new Opened(new TcpNode(conf, options), TransportChoice.tcp("auto: the verbs node did not start on "
+                            + options.bindHost() + ": " + e.getMessage(), true));
                 }
             }
         }
+    }
+
+    private static TransportChoice verbsChoice(VerbsNode n, String reason) {
+        return new TransportChoice("verbs", n.device(), n.api(), reason, false);
     }
 
     /** What in {@code options} the verbs provider cannot serve, whatever the machine has; empty when nothing. */

@@ -355,6 +355,11 @@ public final class VerbsNode implements RdmaNode {
         return failure;
     }
 
+    /** The RDMA device this node runs on (e.g. {@code siw0}, {@code mlx5_0}). */
+    public String device() {
+        return device;
+    }
+
     /** Which API reaches rdma-core ({@code java.lang.foreign} or {@code DiSNI}) and why it was chosen. */
     public String api() {
         return api;

@@ -24,6 +24,7 @@ import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RdmaTransport;
+import org.rdmashuffle.transport.TransportChoice;
 import org.rdmashuffle.transport.RegionDescriptor;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -56,6 +57,7 @@ public final class MapOutputServer implements AutoCloseable {
     private final String id;
     private final IntFunction<String> realmOfShuffle;
     private final RdmaNode node;
+    private final TransportChoice transportChoice;
     private final BufferPool pool;
     /**
      * This node's incarnation in the directory: random, so a node started again after one failed is told
@@ -108,7 +110,9 @@ public final class MapOutputServer implements AutoCloseable {
         this.id = id;
         this.realmOfShuffle = realmOfShuffle;
         options = options.withControlHandler(handler.apply(this));
-        this.node = RdmaTransport.open(conf, options);
+        RdmaTransport.Opened opened = RdmaTransport.openChosen(conf, options);
+        this.node = opened.node();
+        this.transportChoice = opened.choice();
         BufferPool p = null;
         try {
             p = new BufferPool(BufferPoolOptions.from(conf), node.sinkRegistrar());
@@ -133,6 +137,11 @@ public final class MapOutputServer implements AutoCloseable {
 
     public RdmaNode node() {
         return node;
+    }
+
+    /** Which provider this server's node runs and why. */
+    public TransportChoice transportChoice() {
+        return transportChoice;
     }
 
     public BufferPool pool() {
