@@ -62,6 +62,21 @@ public final class RdmaShuffleConf {
     public static final ConfigKey<Integer> PORT = declare(ConfigKey.integer(PREFIX + "port", 0, 0, 65535,
             "Port each executor's node listens on; 0 picks a free port."));
 
+    public static final ConfigKey<String> BIND_ADDRESS = declare(ConfigKey.custom(PREFIX + "bindAddress", "address",
+            "", "an IP address of this host, or an interface name (e.g. 10.10.0.7, ens1f0, ib0)",
+            "Where each node listens (tcp, and rdma_cm for verbs) and the address its peers learn: an IP address of "
+                    + "this host or the name of an interface (its first IPv4 address, else its first IPv6 one). Empty: "
+                    + "the executor's block manager host. Set it to the RDMA NIC's interface when that NIC sits on its "
+                    + "own subnet beside the management network (on YARN the block manager host is the NodeManager's "
+                    + "name; on Kubernetes, the pod IP). A name that matches no interface, or an address not on this "
+                    + "host, fails the executor's shuffle start with an error naming this key.",
+            BindAddressSyntax::check));
+
+    public static final ConfigKey<Integer> VERBS_TOS = declare(ConfigKey.integer(PREFIX + "verbs.tos", -1, -1, 255,
+            "verbs: the IP type of service (ToS byte) set on every rdma_cm id before it resolves a route, which "
+                    + "RoCE maps to the traffic class (DSCP = ToS >> 2) that PFC and ECN act on; e.g. 106 for DSCP 26. "
+                    + "-1 leaves the kernel's default (rdma_cm's `default_roce_tos`). tcp sets it as the sockets' IP_TOS."));
+
     public static final ConfigKey<Integer> PORT_MAX_RETRIES = declare(ConfigKey.integer(PREFIX + "port.maxRetries",
             16, 0, 1000,
             "With a fixed port: how many following ports to try when it is taken."));
@@ -392,6 +407,16 @@ public final class RdmaShuffleConf {
         Map<String, String> merged = new HashMap<>(explicit);
         merged.putAll(overrides);
         return new RdmaShuffleConf(merged);
+    }
+
+    /** The configured bind address or interface name; empty for the default (the block manager host). */
+    public String bindAddress() {
+        return get(BIND_ADDRESS);
+    }
+
+    /** The ToS byte for rdma_cm ids (and tcp sockets), or -1 for the kernel's default. */
+    public int verbsTos() {
+        return get(VERBS_TOS);
     }
 
     public Provider provider() {
