@@ -75,7 +75,8 @@ public final class RdmaShuffleConf {
     public static final ConfigKey<Integer> VERBS_TOS = declare(ConfigKey.integer(PREFIX + "verbs.tos", -1, -1, 255,
             "verbs: the IP type of service (ToS byte) set on every rdma_cm id before it resolves a route, which "
                     + "RoCE maps to the traffic class (DSCP = ToS >> 2) that PFC and ECN act on; e.g. 106 for DSCP 26. "
-                    + "-1 leaves the kernel's default (rdma_cm's `default_roce_tos`). tcp sets it as the sockets' IP_TOS."));
+                    + "-1 leaves the kernel's default (rdma_cm's `default_roce_tos`). Set through java.lang.foreign (Java 22+); "
+                    + "DiSNI has no rdma_set_option and logs one WARN instead. tcp sets it as the sockets' IP_TOS."));
 
     public static final ConfigKey<Integer> PORT_MAX_RETRIES = declare(ConfigKey.integer(PREFIX + "port.maxRetries",
             16, 0, 1000,

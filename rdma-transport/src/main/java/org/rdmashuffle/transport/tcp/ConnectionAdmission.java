@@ -142,6 +142,7 @@ final class ConnectionAdmission {
             try {
                 ch.configureBlocking(false);
                 ch.socket().setTcpNoDelay(true);
+                TcpNode.applyTos(ch, responder.ipTos);
                 // Looked up again: an eviction above may have closed the address's last connection.
                 src = from == null ? null : sources.get(from);
                 if (src == null && from != null) {

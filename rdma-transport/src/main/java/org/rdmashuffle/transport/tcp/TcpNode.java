@@ -125,6 +125,18 @@ public final class TcpNode implements RdmaNode {
                 + " (all taken; see spark.shuffle.rdma.port and spark.shuffle.rdma.port.maxRetries)", last);
     }
 
+    /** The ToS byte for this node's sockets ({@code spark.shuffle.rdma.verbs.tos}), or -1 for the kernel's. */
+    int ipTos() {
+        return conf.verbsTos();
+    }
+
+    /** Sets {@code tos} as the socket's IP_TOS unless it is negative (the kernel's default stays). */
+    static void applyTos(SocketChannel sc, int tos) throws IOException {
+        if (tos >= 0) {
+            sc.setOption(java.net.StandardSocketOptions.IP_TOS, tos);
+        }
+    }
+
     @Override
     public NodeAddress localAddress() {
         return address;
@@ -176,6 +188,11 @@ public final class TcpNode implements RdmaNode {
         try (Selector sel = Selector.open()) {
             sc.configureBlocking(false);
             sc.socket().setTcpNoDelay(true);
+            applyTos(sc, ipTos());
+            if (!conf.bindAddress().isBlank()) {
+                // Leave from the bound address, so the route (and the interface) is the one the user chose.
+                sc.bind(new InetSocketAddress(options.bindHost(), 0));
+            }
             InetSocketAddress target = peer.socketAddress();
             if (target.isUnresolved()) {
                 throw new IOException("cannot resolve host " + peer.host());

@@ -95,6 +95,8 @@ final class TcpResponder implements Runnable {
     private final TcpNode node;
     private final Selector selector;
     final Limits limits;
+    /** IP_TOS for accepted sockets, or -1 for the kernel's default. */
+    final int ipTos;
     final long handshakeTimeoutNanos;
     final long idleTimeoutNanos;
     final long frameTimeoutNanos;
@@ -130,6 +132,7 @@ final class TcpResponder implements Runnable {
                  SecretResolver secrets, Limits limits) throws IOException {
         this.node = node;
         this.limits = limits;
+        this.ipTos = node.ipTos();
         this.handshakeTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.handshakeTimeoutMs());
         this.idleTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.idleTimeoutMs());
         this.frameTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(limits.frameTimeoutMs());

@@ -103,6 +103,11 @@ final class DisniDevice implements VerbsDevice {
             closeQuietly(l, g);
             throw new TransportException("verbs: cannot start: " + e, e);
         }
+        if (node.verbsTos() >= 0) {
+            LOG.warn("verbs: {}={} is not applied through DiSNI (DiSNI 2.1 has no rdma_set_option); its ids keep "
+                    + "rdma_cm's default ToS. Java 22 or later uses the java.lang.foreign path, which sets it",
+                    org.rdmashuffle.conf.RdmaShuffleConf.VERBS_TOS.name(), node.verbsTos());
+        }
         this.acceptor = new Thread(this::acceptLoop, "rdma-verbs-acceptor-" + port);
         acceptor.setDaemon(true);
         acceptor.start();
@@ -225,6 +230,10 @@ final class DisniDevice implements VerbsDevice {
     public QueuePair connect(InetSocketAddress target, long timeoutMs, byte[] privateData) throws IOException {
         VerbsEndpoint ep = group.createEndpoint();
         try {
+            if (node.bindAddressSet()) {
+                // DiSNI resolves with no source address; an id bound first resolves from its bound one.
+                ep.getIdPriv().bindAddr(new InetSocketAddress(address, 0));
+            }
             ep.connectWithin(target, timeoutMs);
             return ep;
         } catch (IOException | RuntimeException e) {

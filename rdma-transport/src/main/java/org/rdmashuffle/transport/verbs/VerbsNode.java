@@ -306,6 +306,16 @@ public final class VerbsNode implements RdmaNode {
         return conf.connectTimeoutMs();
     }
 
+    /** The ToS byte for this node's rdma_cm ids ({@code spark.shuffle.rdma.verbs.tos}), or -1 for rdma_cm's. */
+    int verbsTos() {
+        return conf.verbsTos();
+    }
+
+    /** Whether a bind address was set: outgoing connections then leave from the listener's address. */
+    boolean bindAddressSet() {
+        return !conf.bindAddress().isBlank();
+    }
+
     /** What this node's queue pairs are connected and accepted with. */
     QueuePairParameters queuePairParameters() {
         return queuePairs;

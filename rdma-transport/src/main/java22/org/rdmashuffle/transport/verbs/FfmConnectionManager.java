@@ -14,6 +14,8 @@ import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
 import java.util.concurrent.locks.Lock;
 import java.util.concurrent.locks.ReentrantLock;
+import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.transport.TransportException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -74,13 +76,40 @@ final class FfmConnectionManager {
         return cmLock;
     }
 
-    /** A new rdma_cm id on this device's event channel. */
+    /** A new rdma_cm id on this device's event channel, with the node's ToS (a listener's). */
     long createId() throws Throwable {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment idOut = a.allocate(ADDRESS);
             FfmDevice.check(core, (int) core.createId.invokeExact(state(), eventChannel, idOut, MemorySegment.NULL,
                     RdmaCore.RDMA_PS_TCP), "rdma_create_id");
-            return idOut.get(ADDRESS, 0).address();
+            long id = idOut.get(ADDRESS, 0).address();
+            try {
+                setTos(a, id);
+            } catch (Throwable t) {
+                FfmDevice.call(() -> {
+                    int r = (int) core.destroyId.invokeExact(RdmaCore.at(id));
+                });
+                throw t;
+            }
+            return id;
+        }
+    }
+
+    /**
+     * Sets {@code spark.shuffle.rdma.verbs.tos} on {@code id} (rdma_set_option, RDMA_OPTION_ID_TOS: a uint8_t),
+     * before the id binds, listens or resolves a route; nothing when it is -1 (rdma_cm's default stays).
+     */
+    private void setTos(Arena a, long id) throws Throwable {
+        int tos = node.verbsTos();
+        if (tos < 0) {
+            return;
+        }
+        MemorySegment value = a.allocate(1);
+        value.set(JAVA_BYTE, 0, (byte) tos);
+        if ((int) core.setOption.invokeExact(state(), RdmaCore.at(id), RdmaCore.RDMA_OPTION_ID,
+                RdmaCore.RDMA_OPTION_ID_TOS, value, 1L) != 0) {
+            throw new TransportException("verbs: rdma_set_option(RDMA_OPTION_ID_TOS, " + tos + ") failed: "
+                    + core.lastError() + " (" + RdmaShuffleConf.VERBS_TOS.name() + ")");
         }
     }
 
@@ -108,6 +137,7 @@ final class FfmConnectionManager {
             long id = idOut.get(ADDRESS, 0).address();
             qp.start(id);
             queuePairs.add(id, qp);
+            setTos(a, id);
             qp.resolve(SocketAddresses.sockaddr(a, from), SocketAddresses.sockaddr(a, target),
                     (int) Math.min(Integer.MAX_VALUE, timeoutMs));
         } catch (IOException e) {

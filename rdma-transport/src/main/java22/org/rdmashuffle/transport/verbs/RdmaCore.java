@@ -104,6 +104,9 @@ final class RdmaCore {
     static final long DA_MAX_QP_INIT_RD_ATOM = 156;
 
     static final int RDMA_PS_TCP = 0x0106;
+    // rdma_set_option's level and option: the id's ToS byte (uint8_t)
+    static final int RDMA_OPTION_ID = 0;
+    static final int RDMA_OPTION_ID_TOS = 0;
     static final int IBV_QPT_RC = 2;
     static final int IBV_WR_RDMA_READ = 4;
     static final int IBV_SEND_SIGNALED = 2;
@@ -144,6 +147,7 @@ final class RdmaCore {
     final MethodHandle createId;
     final MethodHandle destroyId;
     final MethodHandle bindAddr;
+    final MethodHandle setOption;
     final MethodHandle listen;
     final MethodHandle resolveAddr;
     final MethodHandle resolveRoute;
@@ -186,6 +190,8 @@ final class RdmaCore {
         createId = errno(cm, "rdma_create_id", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS, JAVA_INT));
         destroyId = plain(cm, "rdma_destroy_id", FunctionDescriptor.of(JAVA_INT, ADDRESS));
         bindAddr = errno(cm, "rdma_bind_addr", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        setOption = errno(cm, "rdma_set_option",
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS, JAVA_LONG));
         listen = errno(cm, "rdma_listen", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
         resolveAddr = errno(cm, "rdma_resolve_addr",
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS, JAVA_INT));

@@ -87,6 +87,8 @@ class RdmaCoreLayoutTest {
         m.put("offsetof(struct ibv_device_attr, max_qp_rd_atom)", RdmaCore.DA_MAX_QP_RD_ATOM);
         m.put("offsetof(struct ibv_device_attr, max_qp_init_rd_atom)", RdmaCore.DA_MAX_QP_INIT_RD_ATOM);
         m.put("RDMA_PS_TCP", (long) RdmaCore.RDMA_PS_TCP);
+        m.put("RDMA_OPTION_ID", (long) RdmaCore.RDMA_OPTION_ID);
+        m.put("RDMA_OPTION_ID_TOS", (long) RdmaCore.RDMA_OPTION_ID_TOS);
         m.put("IBV_QPT_RC", (long) RdmaCore.IBV_QPT_RC);
         m.put("IBV_WR_RDMA_READ", (long) RdmaCore.IBV_WR_RDMA_READ);
         m.put("IBV_SEND_SIGNALED", (long) RdmaCore.IBV_SEND_SIGNALED);

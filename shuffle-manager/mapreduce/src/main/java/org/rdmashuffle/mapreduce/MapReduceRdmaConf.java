@@ -6,6 +6,8 @@ import java.util.Map;
 import org.apache.hadoop.conf.Configuration;
 import org.rdmashuffle.conf.ConfigException;
 import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.transport.BindAddress;
+import org.rdmashuffle.transport.TransportException;
 
 /**
  * The transport's configuration for MapReduce, from a Hadoop {@link Configuration}: every
@@ -26,6 +28,11 @@ public final class MapReduceRdmaConf {
     public static final int DEFAULT_PORT = 13570;
     /** The address the NodeManager's service listens on (default all of the host's). MapReduce only. */
     public static final String BIND_HOST = PREFIX + "bindHost";
+    /**
+     * An address or interface name of this host that the service listens on and reducers' connections leave from
+     * ({@code spark.shuffle.rdma.bindAddress} here); errors name this key.
+     */
+    public static final String BIND_ADDRESS = PREFIX + "bindAddress";
     /** The auxiliary service's name in {@code yarn.nodemanager.aux-services}. */
     public static final String SERVICE_NAME = "rdma_shuffle";
     /** Where a NodeManager keeps map outputs: {@code yarn.nodemanager.local-dirs}. */
@@ -54,7 +61,24 @@ public final class MapReduceRdmaConf {
                     + ": a NodeManager's service listens on " + PORT + " itself (reducers find it there); only 0"));
         }
         settings.put(RdmaShuffleConf.PORT_MAX_RETRIES.name(), "0");
-        return new RdmaShuffleConf(settings);
+        if (!hadoop.getTrimmed(BIND_HOST, "").isEmpty() && !hadoop.getTrimmed(BIND_ADDRESS, "").isEmpty()) {
+            throw new ConfigException(List.of(BIND_HOST + " and " + BIND_ADDRESS + " are both set: set one (" + BIND_ADDRESS
+                    + " also makes reducers' connections leave from that address)"));
+        }
+        try {
+            return new RdmaShuffleConf(settings);
+        } catch (ConfigException e) { // name the keys the user set, not the spark.* ones they map onto
+            throw new ConfigException(e.problems().stream().map(p -> p.replace(RdmaShuffleConf.PREFIX, PREFIX)).toList());
+        }
+    }
+
+    /**
+     * The address {@link #BIND_ADDRESS} names on this host, or empty when it is not set.
+     *
+     * @throws TransportException naming {@link #BIND_ADDRESS} when it names no address or interface of this host
+     */
+    static java.util.Optional<java.net.InetAddress> bindAddress(RdmaShuffleConf rdma) throws TransportException {
+        return BindAddress.resolve(rdma.bindAddress(), BIND_ADDRESS);
     }
 
     /** {@value #PORT}, checked: 1–65535. */

@@ -64,6 +64,11 @@ public class RdmaShuffleHandler extends AuxiliaryService {
         if (advertised.equals("0.0.0.0")) {
             advertised = java.net.InetAddress.getLocalHost().getCanonicalHostName();
         }
+        java.util.Optional<java.net.InetAddress> bound = MapReduceRdmaConf.bindAddress(rdma); // fails naming the key
+        if (bound.isPresent()) {
+            bindHost = bound.get().getHostAddress();
+            advertised = bindHost;
+        }
         server = ShuffleServer.acquire(conf, rdma, bindHost, advertised);
         LOG.info("rdma-shuffle: {} serves map outputs under {} at {}", MapReduceRdmaConf.SERVICE_NAME, dirs,
                 server.address());

@@ -44,8 +44,10 @@ final class ReducerClient implements AutoCloseable {
         // The task's own node needs no fixed port: nobody connects to it.
         this.conf = serviceConf.with(Map.of(RdmaShuffleConf.PORT.name(), "0"));
         this.servicePort = serviceConf.port();
-        NodeOptions options = new NodeOptions("127.0.0.1", "127.0.0.1", ControlHandler.NONE, null)
-                .withRealm(realm, secret);
+        // With a bind address, connections leave from it (the node listens there too, unused).
+        String host = MapReduceRdmaConf.bindAddress(serviceConf).map(java.net.InetAddress::getHostAddress)
+                .orElse("127.0.0.1");
+        NodeOptions options = new NodeOptions(host, host, ControlHandler.NONE, null).withRealm(realm, secret);
         this.node = RdmaTransport.open(conf, options);
         try {
             this.pool = new BufferPool(BufferPoolOptions.from(conf), node.sinkRegistrar());

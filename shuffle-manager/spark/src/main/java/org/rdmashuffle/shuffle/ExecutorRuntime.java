@@ -47,7 +47,11 @@ final class ExecutorRuntime implements AutoCloseable {
     ExecutorRuntime(RdmaShuffleConf conf, SparkEnv env, java.util.function.IntConsumer dropShuffle) throws IOException {
         this.conf = conf;
         this.executorId = env.executorId();
-        String host = env.blockManager().blockManagerId().host();
+        // The bound address, when the user chose one, is both where the node listens and what peers learn;
+        // one that is not on this host fails the start here, naming the key (no fallback to the host below).
+        String host = org.rdmashuffle.transport.BindAddress.resolve(conf.bindAddress(), RdmaShuffleConf.BIND_ADDRESS.name())
+                .map(java.net.InetAddress::getHostAddress)
+                .orElseGet(() -> env.blockManager().blockManagerId().host());
         byte[] secret = null;
         if (env.securityManager().isAuthenticationEnabled()) {
             secret = env.securityManager().getSecretKey().getBytes(StandardCharsets.UTF_8);
