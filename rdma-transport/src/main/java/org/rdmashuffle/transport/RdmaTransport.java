@@ -18,8 +18,8 @@ public final class RdmaTransport {
     /**
      * Opens a node. {@code auto} picks verbs where it can run and otherwise tcp, logging one WARN line
      * that names what was missing (a provider chosen as asked is logged at INFO); {@code verbs} fails with
-     * that reason instead. Options with realms ({@link NodeOptions#usesRealms()}) make {@code auto} pick tcp, and {@code verbs} fail, whatever the
-     * machine has.
+     * that reason instead. Options with realms ({@link NodeOptions#usesRealms()}) make {@code auto} pick
+     * tcp, and {@code verbs} fail, whatever the machine has.
      */
     public static RdmaNode open(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         return openChosen(conf, options).node();
