@@ -14,7 +14,8 @@ import org.rdmashuffle.transport.TransportChoice;
  * device: 1; provider=tcp: 1)}.
  *
  * <p>It also decides when that line is worth logging ({@link #due}): once every expected peer has
- * reported (when the engine says how many it expects), or after {@link #QUIET_NANOS} without a report;
+ * reported (when the engine says how many it expects; else after {@link #QUIET_NANOS} without a report, and
+ * after {@link #MISSING_QUIET_NANOS} when some expected peers never came);
  * afterwards again only when the line changed, at most once per {@link #MIN_INTERVAL_NANOS}. Time is
  * passed in, so the policy is tested without sleeping.
  *
@@ -23,8 +24,10 @@ import org.rdmashuffle.transport.TransportChoice;
 public final class TransportSummary {
     /** The provider name of a peer whose transport did not start: it shuffles through the engine's path. */
     public static final String NONE = "none";
-    /** How long without a report before the line is logged although not every expected peer reported. */
+    /** How long without a report before the line is logged when the engine cannot tell how many peers come. */
     public static final long QUIET_NANOS = 10_000_000_000L;
+    /** How long without a report before the line is logged although not every expected peer reported. */
+    public static final long MISSING_QUIET_NANOS = 60_000_000_000L;
     /** The least time between two logged lines (the first one excepted). */
     public static final long MIN_INTERVAL_NANOS = 60_000_000_000L;
 
@@ -89,8 +92,8 @@ public final class TransportSummary {
     }
 
     /**
-     * The line to log now, or null: once all {@code expected} peers reported or after {@link #QUIET_NANOS}
-     * without a report, when it differs from the last one logged and (but for the first) at least
+     * The line to log now, or null: once all {@code expected} peers reported or after a quiet spell (see the
+     * class), when it differs from the last one logged and (but for the first) at least
      * {@link #MIN_INTERVAL_NANOS} after it. A line returned counts as logged.
      */
     public synchronized String due(long nowNanos) {
@@ -101,7 +104,8 @@ public final class TransportSummary {
         if (line.equals(lastLogged)) {
             return null;
         }
-        boolean settled = expected > 0 && live.size() >= expected || nowNanos - changedAtNanos >= QUIET_NANOS;
+        boolean settled = expected > 0 && live.size() >= expected
+                || nowNanos - changedAtNanos >= (expected > 0 ? MISSING_QUIET_NANOS : QUIET_NANOS);
         boolean allowed = lastLogged == null || nowNanos - loggedAtNanos >= MIN_INTERVAL_NANOS;
         if (!settled || !allowed) {
             return null;

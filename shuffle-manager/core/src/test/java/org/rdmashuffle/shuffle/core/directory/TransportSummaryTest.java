@@ -41,11 +41,21 @@ class TransportSummaryTest {
         s.put("1", NO_DEVICE, 0);
         assertNull(s.due(1));
         s.put("2", NO_DEVICE, 1);
-        assertNull(s.due(2), "two of three reported, and not quiet for long");
+        assertNull(s.due(1 + TransportSummary.QUIET_NANOS), "two of three reported, and not quiet for long");
         s.put("3", ASKED_TCP, 2);
         assertEquals("3 executors: 0 verbs, 3 tcp (auto: no RDMA device: 2; provider=tcp: 1)", s.due(2));
         assertNull(s.due(3 * S), "the same line again");
         assertNull(s.due(100 * S), "the same line again, much later");
+    }
+
+    @Test
+    void shouldLogWhatCameAfterALongQuietSpellWhenAnExpectedExecutorNeverReports() {
+        TransportSummary s = new TransportSummary("executors", 3);
+        s.put("1", NO_DEVICE, 0);
+        s.put("2", NO_DEVICE, 0);
+        assertNull(s.due(TransportSummary.MISSING_QUIET_NANOS - 1));
+        assertEquals("2 executors: 0 verbs, 2 tcp (auto: no RDMA device: 2)",
+                s.due(TransportSummary.MISSING_QUIET_NANOS));
     }
 
     @Test
