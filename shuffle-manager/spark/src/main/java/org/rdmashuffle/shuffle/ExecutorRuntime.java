@@ -69,7 +69,7 @@ final class ExecutorRuntime implements AutoCloseable {
         if (every > 0) {
             server.scheduleMaintenance(orphans, every);
         }
-        LOG.info("rdma-shuffle executor {} serving on {} ({})", executorId, node.localAddress(),
+        LOG.info("rdma-shuffle executor {} serving on {}: {}", executorId, node.localAddress(),
                 server.transportChoice().describe());
         client.reportTransport(executorId, server.transportChoice());
     }
