@@ -142,11 +142,12 @@ public final class RdmaShuffleManager implements ShuffleManager {
      * {@code why}, plus what {@code fallback=never} means and which keys to change: the strict posture
      * ({@code provider=verbs} with {@code fallback=never}) fails an executor that cannot run its provider.
      */
-    private static String strict(String why) {
+    private String strict(String why) {
         return why + " (" + RdmaShuffleConf.FALLBACK.name() + "=never: an executor whose transport cannot start "
-                + "fails; fix the host (docs/verbs.md), or set " + RdmaShuffleConf.FALLBACK.name()
-                + "=auto to shuffle through Spark's path there, or " + RdmaShuffleConf.PROVIDER.name()
-                + "=auto to use tcp where verbs cannot run)";
+                + "fails; fix the host" + (conf.provider() == RdmaShuffleConf.Provider.VERBS ? " (docs/verbs.md)" : "")
+                + ", or set " + RdmaShuffleConf.FALLBACK.name() + "=auto to shuffle through Spark's path there"
+                + (conf.provider() == RdmaShuffleConf.Provider.VERBS ? ", or " + RdmaShuffleConf.PROVIDER.name()
+                        + "=auto to use tcp where verbs cannot run" : "") + ")";
     }
 
     /** How long the early start waits for this process's SparkEnv, BlockManager and the driver's directory. */
@@ -357,6 +358,7 @@ public final class RdmaShuffleManager implements ShuffleManager {
             return null;
         }
         registerSource();
+        String failed = null;
         synchronized (this) {
             if (runtime == null && runtimeFailure == null) {
                 if (stopped) {
@@ -371,13 +373,17 @@ public final class RdmaShuffleManager implements ShuffleManager {
                         throw new IllegalStateException(strict(why), e);
                     }
                     runtimeFailure = why;
+                    failed = e.getMessage();
                     LOG.warn("{}; this executor serves and reads shuffle blocks with Spark's sort shuffle instead "
                             + "({}=auto)", why, RdmaShuffleConf.FALLBACK.name(), e);
-                    reportNoTransport(e.getMessage());
                 }
             }
-            return runtime;
+            if (failed == null) {
+                return runtime;
+            }
         }
+        reportNoTransport(failed); // an RPC: not under the lock other tasks wait on
+        return null;
     }
 
     /**
