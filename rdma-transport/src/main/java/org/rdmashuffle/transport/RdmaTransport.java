@@ -16,10 +16,10 @@ public final class RdmaTransport {
     }
 
     /**
-     * Opens a node. {@code auto} picks verbs where it can run and otherwise tcp, logging one INFO line
-     * that names what was missing; {@code verbs} fails with that reason instead. Options with realms
-     * ({@link NodeOptions#usesRealms()}) make {@code auto} pick tcp, and {@code verbs} fail, whatever the
-     * machine has.
+     * Opens a node. {@code auto} picks verbs where it can run and otherwise tcp, logging one WARN line
+     * that names what was missing (a provider chosen as asked is logged at INFO); {@code verbs} fails with
+     * that reason instead. Options with realms ({@link NodeOptions#usesRealms()}) make {@code auto} pick
+     * tcp, and {@code verbs} fail, whatever the machine has.
      */
     public static RdmaNode open(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         return openChosen(conf, options).node();
@@ -57,7 +57,7 @@ public final class RdmaTransport {
             default: {
                 Optional<String> missing = verbsCannotServe(options).or(() -> VerbsSupport.missing(conf.verbsApi()));
                 if (missing.isPresent()) {
-                    LOG.info("spark.shuffle.rdma.provider=auto: using tcp ({})", missing.get());
+                    LOG.warn("spark.shuffle.rdma.provider=auto: using tcp ({})", missing.get());
                     return new Opened(new TcpNode(conf, options), TransportChoice.tcp("auto: " + missing.get(), true));
                 }
                 try {
@@ -65,7 +65,7 @@ public final class RdmaTransport {
                     LOG.info("spark.shuffle.rdma.provider=auto: using verbs through {}", n.api());
                     return new Opened(n, verbsChoice(n, "provider=auto"));
                 } catch (IOException | LinkageError e) {
-                    LOG.info("spark.shuffle.rdma.provider=auto: using tcp (the verbs node did not start on {}: {})",
+                    LOG.warn("spark.shuffle.rdma.provider=auto: using tcp (the verbs node did not start on {}: {})",
                             options.bindHost(), e.getMessage());
                     return new Opened(new TcpNode(conf, options), TransportChoice.tcp("auto: the verbs node did not start on "
                             + options.bindHost() + ": " + e.getMessage(), true));

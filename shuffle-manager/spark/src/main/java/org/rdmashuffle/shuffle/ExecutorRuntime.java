@@ -58,7 +58,8 @@ final class ExecutorRuntime implements AutoCloseable {
         }
         // The driver's directory first: it answers in a round trip, and an early start that finds it not up
         // yet (see RdmaShuffleManager) has opened nothing to close.
-        this.directory = new NodeDirectory.Client(env.conf(), env.rpcEnv());
+        NodeDirectory.Client client = new NodeDirectory.Client(env.conf(), env.rpcEnv());
+        this.directory = client;
         this.server = new MapOutputServer(conf, host, secret, directory, executorId);
         this.node = server.node();
         this.pool = server.pool();
@@ -72,7 +73,9 @@ final class ExecutorRuntime implements AutoCloseable {
         if (every > 0) {
             server.scheduleMaintenance(orphans, every);
         }
-        LOG.info("rdma-shuffle executor {} serving on {}", executorId, node.localAddress());
+        LOG.info("rdma-shuffle executor {} serving on {}: {}", executorId, node.localAddress(),
+                server.transportChoice().describe());
+        client.reportTransport(executorId, server.transportChoice());
     }
 
     /** Whether this executor's node can no longer serve or READ (see {@link MapOutputServer#failed()}). */
@@ -111,7 +114,7 @@ final class ExecutorRuntime implements AutoCloseable {
                 server.unregisteredOutputs(), server.unregisteredOutputBytes(), reads.receiveMemoryFallbacks(),
                 reads.blocksViaEngine(), remote.peersForgotten(), orphans.dropped(), reads.metadataReadsAgain(),
                 reads.poolExhaustedFallbacks(), failed() ? 1 : 0, nodeRestarts, reads.hostLocalBlocks(),
-                reads.buffersWithheld());
+                reads.buffersWithheld(), server.transportChoice().provider(), server.transportChoice().device());
     }
 
     /** Closes the server: its maintenance thread first, then its tables, node and pool. */

@@ -11,6 +11,8 @@ import org.apache.spark.rpc.RpcEndpointRef;
 import org.apache.spark.rpc.RpcEnv;
 import org.rdmashuffle.shuffle.core.directory.PeerDirectory;
 import org.rdmashuffle.shuffle.core.directory.PeerDirectory.Found;
+import org.rdmashuffle.shuffle.core.directory.TransportSummary;
+import org.rdmashuffle.transport.TransportChoice;
 import org.rdmashuffle.transport.NodeAddress;
 import scala.PartialFunction;
 import scala.runtime.BoxedUnit;
@@ -92,6 +94,24 @@ public final class NodeDirectory {
         private static final long serialVersionUID = 1L;
     }
 
+    /**
+     * Which transport an executor runs and why ({@link TransportChoice}'s fields; provider
+     * {@link TransportSummary#NONE} when its transport did not start and it shuffles through Spark's path),
+     * sent once it started (or failed to), for the driver's summary. Both sides are the same jar.
+     */
+    public record Transport(String executorId, String provider, String device, String api, String reason,
+                            boolean fellBack) implements Serializable {
+        private static final long serialVersionUID = 1L;
+
+        static Transport of(String executorId, TransportChoice c) {
+            return new Transport(executorId, c.provider(), c.device(), c.api(), c.reason(), c.fellBack());
+        }
+
+        TransportChoice choice() {
+            return new TransportChoice(provider, device, api, reason, fellBack);
+        }
+    }
+
     /** The driver side. */
     public static final class Endpoint implements RpcEndpoint {
         private final RpcEnv rpcEnv;
@@ -109,20 +129,78 @@ public final class NodeDirectory {
         private int removedBase;
         static final int MAX_REMOVED = 100_000;
         static final int MAX_REMOVED_PER_REPLY = 10_000;
+        /** Which transport each executor runs, and when that is worth a line in the driver's log. */
+        private final TransportSummary transports;
+        private final java.util.concurrent.ScheduledExecutorService summaryTimer;
 
-        public Endpoint(RpcEnv rpcEnv, java.util.function.IntPredicate shuffleKnown) {
+        /**
+         * @param expectedExecutors how many executors the application asked for (0: cannot tell), which makes
+         *     the transport summary's first line come as soon as they all reported
+         */
+        public Endpoint(RpcEnv rpcEnv, java.util.function.IntPredicate shuffleKnown, int expectedExecutors) {
             this.rpcEnv = rpcEnv;
             this.shuffleKnown = shuffleKnown;
+            this.transports = new TransportSummary("executors", expectedExecutors);
+            this.summaryTimer = java.util.concurrent.Executors.newSingleThreadScheduledExecutor(r -> {
+                Thread t = new Thread(r, "rdma-shuffle-transport-summary");
+                t.setDaemon(true);
+                return t;
+            });
+            summaryTimer.scheduleWithFixedDelay(this::logSummaryIfDue, 1, 1, java.util.concurrent.TimeUnit.SECONDS);
         }
 
         /**
          * Starts the endpoint on {@code rpcEnv} (the driver's), answering {@link GoneShuffles} from
-         * {@code shuffleKnown}.
+         * {@code shuffleKnown}; the transport summary waits for {@code expectedExecutors} (0: cannot tell).
          */
-        public static Endpoint start(RpcEnv rpcEnv, java.util.function.IntPredicate shuffleKnown) {
-            Endpoint e = new Endpoint(rpcEnv, shuffleKnown);
+        public static Endpoint start(RpcEnv rpcEnv, java.util.function.IntPredicate shuffleKnown,
+                                     int expectedExecutors) {
+            Endpoint e = new Endpoint(rpcEnv, shuffleKnown, expectedExecutors);
             rpcEnv.setupEndpoint(ENDPOINT_NAME, e);
             return e;
+        }
+
+        /** As {@link #start(RpcEnv, java.util.function.IntPredicate, int)}, expecting no executor count. */
+        public static Endpoint start(RpcEnv rpcEnv, java.util.function.IntPredicate shuffleKnown) {
+            return start(rpcEnv, shuffleKnown, 0);
+        }
+
+        /**
+         * Which transport the executors known now run, in one line ({@link TransportSummary#line()}), e.g.
+         * {@code 3 executors: 1 verbs (on mlx5_0: 1), 2 tcp (auto: no RDMA device: 1; provider=tcp: 1)}.
+         */
+        public String transportSummary() {
+            return transports.line();
+        }
+
+        /** What every executor that ever reported ran ({@link TransportSummary#lifeLine()}). */
+        public String transportSummaryOverApplication() {
+            return transports.lifeLine();
+        }
+
+        private void logSummaryIfDue() {
+            try {
+                String line = transports.due(System.nanoTime());
+                if (line != null) {
+                    LOG.info("rdma-shuffle transports: {}", line);
+                }
+            } catch (RuntimeException e) { // the timer must keep running
+                LOG.debug("rdma-shuffle: cannot sum up the executors' transports", e);
+            }
+        }
+
+        /**
+         * The application ends: stops the summary's timer and logs, once, what every executor that reported
+         * ran over the application (nothing when none did).
+         */
+        public void stop() {
+            if (summaryTimer.isShutdown()) {
+                return;
+            }
+            summaryTimer.shutdownNow();
+            if (!transports.lifeLine().startsWith("0 ")) {
+                LOG.info("rdma-shuffle transports at application end: {}", transports.lifeLine());
+            }
         }
 
         @Override
@@ -147,6 +225,8 @@ public final class NodeDirectory {
                 }
             }
             nodes.remove(executorId);
+            transports.remove(executorId, System.nanoTime());
+            logSummaryIfDue();
         }
 
         private synchronized void register(String executorId, byte[] address) {
@@ -161,6 +241,20 @@ public final class NodeDirectory {
             }
             byte[] a = nodes.get(executorId);
             return a != null ? a : new byte[0];
+        }
+
+        private void transportReported(Transport t) {
+            TransportChoice c = t.choice();
+            synchronized (this) {
+                if (removed.contains(t.executorId())) {
+                    return; // late, as a late registration
+                }
+                transports.put(t.executorId(), c, System.nanoTime());
+            }
+            if (c.fellBack() || c.provider().equals(TransportSummary.NONE)) {
+                LOG.debug("executor {} runs {}", t.executorId(), c.describe());
+            }
+            logSummaryIfDue();
         }
 
         private int[] gone(int[] held) {
@@ -191,7 +285,7 @@ public final class NodeDirectory {
         @Override
         public PartialFunction<Object, BoxedUnit> receiveAndReply(RpcCallContext context) {
             return SparkInterop.replies(m -> m instanceof Register || m instanceof Lookup || m instanceof Forget
-                    || m instanceof RemovedSince || m instanceof GoneShuffles, m -> {
+                    || m instanceof RemovedSince || m instanceof GoneShuffles || m instanceof Transport, m -> {
                         if (m instanceof Register r) {
                             NodeAddress.decode(ByteBuffer.wrap(r.address())); // refuse garbage early
                             register(r.executorId(), reply(r.address(), r.incarnation()));
@@ -204,6 +298,9 @@ public final class NodeDirectory {
                             context.reply(gone(g.held()));
                         } else if (m instanceof Forget f) {
                             context.reply(nodes.remove(f.executorId()) != null);
+                        } else if (m instanceof Transport t) {
+                            transportReported(t);
+                            context.reply(Boolean.TRUE);
                         }
                     });
         }
@@ -236,6 +333,18 @@ public final class NodeDirectory {
         public void register(String executorId, NodeAddress address, long incarnation) {
             SparkInterop.ask(driver, new Register(executorId, address.encode(), incarnation));
             cache.put(executorId, new Found(address, false, incarnation));
+        }
+
+        /**
+         * Tells the driver which transport this executor runs ({@code choice}) for its summary, at most 5 s;
+         * a failure is logged at DEBUG (the summary then misses this executor).
+         */
+        public void reportTransport(String executorId, TransportChoice choice) {
+            try {
+                SparkInterop.ask(driver, Transport.of(executorId, choice), REMOVED_TIMEOUT);
+            } catch (Exception e) { // RpcTimeoutException is checked
+                LOG.debug("cannot tell the driver which transport executor {} runs", executorId, e);
+            }
         }
 
         /** The node of {@code executorId}, or null when the driver knows none (or Spark removed it). */

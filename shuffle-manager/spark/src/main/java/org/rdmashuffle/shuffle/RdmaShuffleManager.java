@@ -73,13 +73,15 @@ public final class RdmaShuffleManager implements ShuffleManager {
      *     ({@code spark.shuffle.readHostLocalDisk}, as Spark's reader does) instead of READing them
      * @param buffersWithheld receive buffers its reducers kept out of the pool because posting their READs failed
      *     part-way (each back once its READs land; never when some were not accepted)
+     * @param provider the provider its node runs: {@code verbs} or {@code tcp}
+     * @param device the RDMA device of a verbs node; empty for tcp
      */
     public record ExecutorStats(String executorId, NodeStats node, BufferPoolStats pool, List<Integer> shuffles,
                                 long registeredOutputBytes, long controlBytesRead, long unregisteredOutputs,
                                 long unregisteredOutputBytes, long receiveMemoryFallbacks, long blocksViaSpark,
                                 long peersForgotten, long orphanShufflesDropped, long metadataReadsAgain,
                                 long poolExhaustedTasks, long nodeFailed, long nodeRestarts, long hostLocalBlocks,
-                                long buffersWithheld)
+                                long buffersWithheld, String provider, String device)
             implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
     }
@@ -120,6 +122,12 @@ public final class RdmaShuffleManager implements ShuffleManager {
                 LOG.warn("rdma-shuffle: every shuffle of this application uses Spark's sort shuffle: {}", why);
             }
         }
+        if (!isDriver && conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
+            RdmaTransport.unavailable(conf).ifPresent(reason -> {
+                throw new IllegalStateException(strict("rdma-shuffle cannot start its transport on this executor: "
+                        + reason));
+            });
+        }
         this.driverFallback = why;
         this.source = new RdmaShuffleSource(this::executorStats,
                 isDriver ? () -> directory == null ? 0 : directory.size() : null, why == null ? 0 : 1);
@@ -128,6 +136,18 @@ public final class RdmaShuffleManager implements ShuffleManager {
                 && unencryptedReads(sparkConf) == null) {
             startEarly(isDriver && !isLocalMode(sparkConf));
         }
+    }
+
+    /**
+     * {@code why}, plus what {@code fallback=never} means and which keys to change: the strict posture
+     * ({@code provider=verbs} with {@code fallback=never}) fails an executor that cannot run its provider.
+     */
+    private String strict(String why) {
+        return why + " (" + RdmaShuffleConf.FALLBACK.name() + "=never: an executor whose transport cannot start "
+                + "fails; fix the host" + (conf.provider() == RdmaShuffleConf.Provider.VERBS ? " (docs/verbs.md)" : "")
+                + ", or set " + RdmaShuffleConf.FALLBACK.name() + "=auto to shuffle through Spark's path there"
+                + (conf.provider() == RdmaShuffleConf.Provider.VERBS ? ", or " + RdmaShuffleConf.PROVIDER.name()
+                        + "=auto to use tcp where verbs cannot run" : "") + ")";
     }
 
     /** How long the early start waits for this process's SparkEnv, BlockManager and the driver's directory. */
@@ -184,7 +204,12 @@ public final class RdmaShuffleManager implements ShuffleManager {
                 return;
             } catch (Exception e) {
                 if (isDriver || !directoryNotUpYet(e) || ++directoryAttempts >= EARLY_START_DIRECTORY_ATTEMPTS) {
-                    LOG.debug("rdma-shuffle: early start failed; the first task that needs it tries again", e);
+                    if (conf.fallback() == RdmaShuffleConf.Fallback.NEVER && !directoryNotUpYet(e)) {
+                        LOG.error("{}; every task of this executor that shuffles will fail",
+                                strict("rdma-shuffle cannot start its transport: " + e.getMessage()), e);
+                    } else {
+                        LOG.debug("rdma-shuffle: early start failed; the first task that needs it tries again", e);
+                    }
                     return;
                 }
                 // an executor up before the driver's directory: ask again shortly
@@ -272,12 +297,45 @@ public final class RdmaShuffleManager implements ShuffleManager {
                 if (directory == null) {
                     SparkEnv env = SparkEnv.get();
                     NodeDirectory.Endpoint d = NodeDirectory.Endpoint.start(env.rpcEnv(),
-                            SparkInterop.shuffleKnown(env));
+                            SparkInterop.shuffleKnown(env), expectedExecutors(env.conf()));
                     SparkInterop.onExecutorRemoved(d::executorRemoved);
                     directory = d;
                 }
             }
         }
+    }
+
+    /**
+     * How many executors the application asks for, when that is known up front: {@code N} of
+     * {@code local-cluster[N,...]}, else {@code spark.executor.instances} without dynamic allocation; 0 when it
+     * cannot tell (the transport summary then waits for a quiet spell).
+     */
+    static int expectedExecutors(SparkConf sparkConf) {
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("local-cluster\\[\\s*(\\d+)\\s*,")
+                .matcher(sparkConf.get("spark.master", ""));
+        if (m.lookingAt()) {
+            return Integer.parseInt(m.group(1));
+        }
+        if (isLocalMode(sparkConf)) {
+            return 1; // the driver runs the tasks
+        }
+        if (sparkConf.getBoolean("spark.dynamicAllocation.enabled", false)) {
+            return 0;
+        }
+        try {
+            return Math.max(0, sparkConf.getInt("spark.executor.instances", 0));
+        } catch (NumberFormatException e) {
+            return 0;
+        }
+    }
+
+    /**
+     * On the driver: which transport the executors known now run, in one line (see
+     * {@link NodeDirectory.Endpoint#transportSummary()}); empty before the directory started (and elsewhere).
+     */
+    public Optional<String> transportSummary() {
+        NodeDirectory.Endpoint d = directory;
+        return d == null ? Optional.empty() : Optional.of(d.transportSummary());
     }
 
     /** The executor's runtime if it has started, else null; never starts it (for error paths). */
@@ -300,6 +358,7 @@ public final class RdmaShuffleManager implements ShuffleManager {
             return null;
         }
         registerSource();
+        String failed = null;
         synchronized (this) {
             if (runtime == null && runtimeFailure == null) {
                 if (stopped) {
@@ -311,14 +370,35 @@ public final class RdmaShuffleManager implements ShuffleManager {
                 } catch (Exception e) {
                     String why = "rdma-shuffle cannot start its transport: " + e.getMessage();
                     if (conf.fallback() == RdmaShuffleConf.Fallback.NEVER) {
-                        throw new IllegalStateException(why + " (" + RdmaShuffleConf.FALLBACK.name() + "=never)", e);
+                        throw new IllegalStateException(strict(why), e);
                     }
                     runtimeFailure = why;
+                    failed = e.getMessage();
                     LOG.warn("{}; this executor serves and reads shuffle blocks with Spark's sort shuffle instead "
                             + "({}=auto)", why, RdmaShuffleConf.FALLBACK.name(), e);
                 }
             }
-            return runtime;
+            if (failed == null) {
+                return runtime;
+            }
+        }
+        reportNoTransport(failed); // an RPC: not under the lock other tasks wait on
+        return null;
+    }
+
+    /**
+     * Tells the driver's summary that this executor runs no transport, and why (best effort: the directory
+     * may be what failed).
+     */
+    private void reportNoTransport(String why) {
+        SparkEnv env = SparkEnv.get();
+        try {
+            new NodeDirectory.Client(env.conf(), env.rpcEnv()).reportTransport(env.executorId(),
+                    new org.rdmashuffle.transport.TransportChoice(
+                            org.rdmashuffle.shuffle.core.directory.TransportSummary.NONE, "", "",
+                            "Spark's path: " + why, true));
+        } catch (RuntimeException e) {
+            LOG.debug("rdma-shuffle: cannot tell the driver this executor runs no transport", e);
         }
     }
 
@@ -458,6 +538,9 @@ public final class RdmaShuffleManager implements ShuffleManager {
             if (runtime != null) {
                 runtime.close();
                 runtime = null;
+            }
+            if (directory != null) {
+                directory.stop(); // logs the transport summary over the application
             }
         }
         sort.stop();

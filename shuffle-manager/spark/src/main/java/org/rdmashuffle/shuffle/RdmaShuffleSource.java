@@ -12,8 +12,8 @@ import org.apache.spark.metrics.source.Source;
  * the driver and on every executor by the shuffle manager, so every sink configured for Spark —
  * the JSON and Prometheus servlets of the driver's UI, JMX, CSV, Graphite — reports them. Gauges read
  * one snapshot of the executor's counters, taken at most every {@link #SNAPSHOT_NANOS} (sinks read
- * every gauge at once); an executor whose transport has not started (or could not) reports zeros
- * and {@code transport.started = 0}.
+ * every gauge at once); an executor whose transport has not started (or could not) reports zeros,
+ * {@code transport.started = 0} and an empty {@code transport.provider}.
  */
 final class RdmaShuffleSource implements Source {
     static final String NAME = "rdmaShuffle";
@@ -33,6 +33,10 @@ final class RdmaShuffleSource implements Source {
                       long driverFallback) {
         this.stats = stats;
         gauge("transport.started", s -> 1);
+        // Which transport: a string each (many sinks drop those) and the same as a number.
+        text("transport.provider", RdmaShuffleManager.ExecutorStats::provider);
+        text("transport.device", RdmaShuffleManager.ExecutorStats::device);
+        gauge("transport.verbs", s -> "verbs".equals(s.provider()) ? 1 : 0);
         // The transport's counters.
         gauge("transport.readsPosted", s -> s.node().readsPosted());
         gauge("transport.readsCompleted", s -> s.node().readsCompleted());
@@ -84,6 +88,14 @@ final class RdmaShuffleSource implements Source {
         registry.register(name, (Gauge<Long>) () -> {
             RdmaShuffleManager.ExecutorStats s = current();
             return s == null ? 0L : value.applyAsLong(s);
+        });
+    }
+
+    /** A string gauge: empty before the transport started (and when it could not). */
+    private void text(String name, java.util.function.Function<RdmaShuffleManager.ExecutorStats, String> value) {
+        registry.register(name, (Gauge<String>) () -> {
+            RdmaShuffleManager.ExecutorStats s = current();
+            return s == null ? "" : value.apply(s);
         });
     }
 

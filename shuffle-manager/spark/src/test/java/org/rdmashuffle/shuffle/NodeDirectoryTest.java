@@ -15,6 +15,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.rdmashuffle.shuffle.core.directory.PeerDirectory;
 import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.TransportChoice;
 
 /** The directory over a real Spark driver's RPC environment. */
 class NodeDirectoryTest {
@@ -61,8 +62,19 @@ class NodeDirectoryTest {
             NodeDirectory.Client exec2 = new NodeDirectory.Client(SparkEnv.get().conf(), rpc);
             exec2.register("2", b, 21);
             assertEquals(b, reducer.lookup("2"));
+            // Which transport each runs, for the driver's summary.
+            TransportChoice siw = new TransportChoice("verbs", "siw0", "java.lang.foreign", "provider=auto", false);
+            exec1.reportTransport("1", TransportChoice.tcp("provider=tcp", false));
+            exec2.reportTransport("2", siw);
+            String both = "2 executors: 1 verbs (on siw0: 1), 1 tcp (provider=tcp: 1)";
+            assertEquals(both, endpoint.transportSummary());
             assertFalse(reducer.find("7").removed(), "an executor never seen is unknown, not removed");
             endpoint.executorRemoved("2");
+            assertEquals("1 executor: 0 verbs, 1 tcp (provider=tcp: 1)", endpoint.transportSummary());
+            exec2.reportTransport("2", siw);
+            assertEquals("1 executor: 0 verbs, 1 tcp (provider=tcp: 1)", endpoint.transportSummary(),
+                    "a late report of a removed executor is ignored");
+            assertEquals(both, endpoint.transportSummaryOverApplication(), "the application's life counts it");
             assertEquals(b, reducer.lookup("2"), "the cache answers until asked afresh");
             assertTrue(reducer.removed("2"));
             assertEquals(PeerDirectory.Found.GONE, reducer.find("2"));
@@ -91,6 +103,7 @@ class NodeDirectoryTest {
             assertTrue(late.knownRemoved("x5"));
             assertTrue(late.knownRemoved("x" + (NodeDirectory.Endpoint.MAX_REMOVED + 4)));
             assertEquals(0, endpoint.size());
+            endpoint.stop();
         }
     }
 
