@@ -65,9 +65,10 @@ final class HostLimitChecks {
                 + "LimitMEMLOCK=infinity in the systemd unit of the NodeManager or worker that starts executors";
         String seen = "ulimit -l is " + ByteSizes.format(limit.get());
         if (limit.get() < pool + outputs) {
+            String outputCap = outputs > 0 ? " + " + RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES.name() + "="
+                    + ByteSizes.format(outputs) : "";
             return Check.of(name, host.verbsProblem(), seen + ", below " + RdmaShuffleConf.POOL_MAX_REGISTERED_BYTES.name()
-                    + "=" + ByteSizes.format(pool) + (outputs > 0 ? " + " + RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES.name()
-                    + "=" + ByteSizes.format(outputs) : "") + ": registrations will fail", fix);
+                    + "=" + ByteSizes.format(pool) + outputCap + ": registrations will fail", fix);
         }
         if (outputs == 0) {
             return Check.of(name, Check.Status.WARN, seen + ": the pool's " + ByteSizes.format(pool)
@@ -102,8 +103,8 @@ final class HostLimitChecks {
         try {
             count = Long.parseLong(HostPaths.text(host.paths().maxMapCount()).trim());
         } catch (IOException | NumberFormatException e) {
-            return Check.of(name, Check.Status.WARN, "cannot read " + host.paths().maxMapCount() + ": " + e.getMessage(),
-                    "check sysctl vm.max_map_count by hand: at least " + (outputs + MAP_HEADROOM));
+            return Check.of(name, Check.Status.WARN, "cannot read " + host.paths().maxMapCount() + ": "
+                    + e.getMessage(), "check sysctl vm.max_map_count by hand: at least " + (outputs + MAP_HEADROOM));
         }
         long needed = outputs + MAP_HEADROOM;
         String seen = count + " for " + outputs + " map outputs (one mapping each) and " + MAP_HEADROOM

@@ -81,7 +81,8 @@ final class RdmaDeviceChecks {
                     .or(() -> read(dev.resolve("parent"))).orElse(null);
         }
         String detail = stateName(state) + " (" + stateName(phys) + "), " + kind
-                + (netdev == null ? "" : " on " + netdev) + ", GIDs: " + (gids.isEmpty() ? "none" : String.join(", ", gids));
+                + (netdev == null ? "" : " on " + netdev) + ", GIDs: "
+                + (gids.isEmpty() ? "none" : String.join(", ", gids));
         if (!state.contains("ACTIVE")) {
             return Check.of(name, problem(host), detail, "the port is not ACTIVE: ip link set "
                     + (netdev == null ? "<its netdev>" : netdev) + " up, check the cable and switch port"

@@ -35,8 +35,9 @@ final class RuntimeChecks {
         VerbsApi api = conf.verbsApi();
         Optional<String> missing = VerbsApis.apiMissing(api);
         if (missing.isEmpty()) {
-            String path = api == VerbsApi.DISNI || api == VerbsApi.AUTO && VerbsApis.apiMissing(VerbsApi.FFM).isPresent()
-                    ? "DiSNI with libdisni on java.library.path" : "java.lang.foreign with rdma-core's libraries";
+            boolean disni = api == VerbsApi.DISNI
+                    || api == VerbsApi.AUTO && VerbsApis.apiMissing(VerbsApi.FFM).isPresent();
+            String path = disni ? "DiSNI with libdisni on java.library.path" : "java.lang.foreign with rdma-core's libraries";
             return Check.pass(name, jvm + ": verbs through " + path);
         }
         String fix = feature >= 22 ? "install rdma-core (libibverbs and librdmacm) and start the JVM with "
