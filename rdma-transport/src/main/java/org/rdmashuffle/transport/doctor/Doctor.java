@@ -21,7 +21,8 @@ import java.util.stream.Stream;
  *
  * <p>The plugin jar leaves SLF4J to the engine (Spark and Hadoop ship it). When it is not on the class path, this
  * class looks for {@code slf4j-api} in {@code $SPARK_HOME/jars}, {@code $HADOOP_HOME/share/hadoop/common/lib} and
- * beside the jar, and runs {@code doctor} in a class loader with both; this class itself uses no SLF4J.
+ * beside the jar, and runs {@code doctor} in a class loader with the class path and that jar; this class itself
+ * uses no SLF4J.
  */
 public final class Doctor {
     private static final String SLF4J = "org.slf4j.LoggerFactory";
@@ -45,8 +46,14 @@ public final class Doctor {
                     + File.pathSeparator + "$SPARK_HOME/jars/*' " + Doctor.class.getName());
             return DoctorCommand.USAGE;
         }
-        URL[] urls = {self.toUri().toURL(), slf4j.get().toUri().toURL()};
-        try (URLClassLoader loader = new URLClassLoader(urls, ClassLoader.getPlatformClassLoader())) {
+        List<URL> urls = new ArrayList<>();
+        for (String entry : System.getProperty("java.class.path", self.toString()).split(File.pathSeparator)) {
+            if (!entry.isEmpty()) {
+                urls.add(Path.of(entry).toUri().toURL());
+            }
+        }
+        urls.add(slf4j.get().toUri().toURL());
+        try (URLClassLoader loader = new URLClassLoader(urls.toArray(URL[]::new), ClassLoader.getPlatformClassLoader())) {
             Method m = loader.loadClass(Doctor.class.getPackageName() + ".DoctorCommand")
                     .getDeclaredMethod("run", String[].class, PrintStream.class, PrintStream.class);
             m.setAccessible(true);
