@@ -11,6 +11,7 @@ import org.rdmashuffle.conf.RdmaShuffleConf.VerbsApi;
 import org.rdmashuffle.transport.BindAddress;
 import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.NodeOptions;
+import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RdmaTransport;
 import org.rdmashuffle.transport.TransportChoice;
 import org.rdmashuffle.transport.TransportException;
@@ -98,21 +99,22 @@ final class RuntimeChecks {
             return Check.skip(name, "no node opened: the bind address names nothing on this host");
         }
         RdmaShuffleConf anyPort = conf.with(Map.of(RdmaShuffleConf.PORT.name(), "0"));
+        RdmaTransport.Opened opened;
         try {
-            RdmaTransport.Opened opened = RdmaTransport.openChosen(anyPort,
-                    new NodeOptions(host, host, ControlHandler.NONE, null));
+            opened = RdmaTransport.openChosen(anyPort, new NodeOptions(host, host, ControlHandler.NONE, null));
+        } catch (IOException | RuntimeException e) {
+            return Check.of(name, Check.Status.FAIL, "provider=" + conf.provider().name().toLowerCase()
+                    + " does not open on " + host + ": " + e.getMessage(), "fix what it names, or set "
+                    + RdmaShuffleConf.PROVIDER.name() + "=auto or tcp");
+        }
+        try (RdmaNode node = opened.node()) {
             TransportChoice choice = opened.choice();
-            String where = opened.node().localAddress().toString();
-            opened.node().close();
+            String where = node.localAddress().toString();
             if (choice.fellBack()) {
                 return Check.of(name, Check.Status.WARN, "opens " + choice.describe() + " at " + where,
                         "for verbs, fix what it names (or set " + RdmaShuffleConf.PROVIDER.name() + "=tcp to say so)");
             }
             return Check.pass(name, "opens " + choice.describe() + " at " + where);
-        } catch (IOException | RuntimeException e) {
-            return Check.of(name, Check.Status.FAIL, "provider=" + conf.provider().name().toLowerCase()
-                    + " does not open on " + host + ": " + e.getMessage(), "fix what it names, or set "
-                    + RdmaShuffleConf.PROVIDER.name() + "=auto or tcp");
         }
     }
 }

@@ -88,6 +88,25 @@ class RdmaDeviceChecksTest {
     }
 
     @Test
+    void shouldNameTheParentNetdevWhenASoftRoceDeviceHasNoOther() {
+        String port = IB + "rxe0/ports/1/";
+        FakeHost host = new FakeHost(tmp)
+                .file(IB + "rxe0/node_type", "1: CA")
+                .file(IB + "rxe0/parent", "eth1")
+                .file(port + "state", "4: ACTIVE")
+                .file(port + "phys_state", "5: LinkUp")
+                .file(port + "link_layer", "Ethernet")
+                .file(port + "gids/0", "0000:0000:0000:0000:0000:ffff:0a00:0207")
+                .file(port + "gid_attrs/types/0", "RoCE v2");
+
+        Check c = RdmaDeviceChecks.run(host.context("verbs")).get(0);
+
+        assertEquals(Check.Status.PASS, c.status(), c.toString());
+        assertEquals("ACTIVE (LinkUp), RoCE on eth1, GIDs: 0 0000:0000:0000:0000:0000:ffff:0a00:0207 RoCE v2",
+                c.detail());
+    }
+
+    @Test
     void shouldListEveryPortInOrderWhenAnInfinibandDeviceHasSeveral() {
         FakeHost host = new FakeHost(tmp).file(IB + "mlx4_0/node_type", "1: CA");
         for (int p : new int[] {1, 2, 10}) {
