@@ -77,7 +77,11 @@ record DoctorOptions(RdmaShuffleConf conf, boolean json, long outputs, boolean s
                     if (eq <= 0) {
                         throw new UsageException("--conf takes key=value, not '" + kv + "'");
                     }
-                    settings.put(kv.substring(0, eq).trim(), kv.substring(eq + 1).trim());
+                    String key = kv.substring(0, eq).trim();
+                    if (!key.startsWith(RdmaShuffleConf.PREFIX)) {
+                        throw new UsageException("--conf takes " + RdmaShuffleConf.PREFIX + "* keys, not '" + key + "'");
+                    }
+                    settings.put(key, kv.substring(eq + 1).trim());
                 }
                 case "--provider" -> settings.put(RdmaShuffleConf.PROVIDER.name(), argument(args, ++i, a));
                 case "--bind" -> settings.put(RdmaShuffleConf.BIND_ADDRESS.name(), argument(args, ++i, a));

@@ -33,7 +33,7 @@ class DoctorCommandTest {
 
     @ParameterizedTest
     @ValueSource(strings = {"--bogus", "--outputs", "--outputs x", "--conf nokey", "--provider rdma",
-            "--conf spark.shuffle.rdma.nope=1", "--port 7000", "--reads 3", "--peer host", "--peer h:70000",
+            "--conf spark.shuffle.rdma.nope=1", "--conf spark.executor.cores=2", "--port 7000", "--reads 3", "--peer host", "--peer h:70000",
             "--size 12", "--serve --peer h:1", "--size 32m --peer h:1"})
     void shouldExitTwoWithTheUsageWhenTheCommandLineIsBad(String line) {
         Run r = doctor(line.split(" "));
