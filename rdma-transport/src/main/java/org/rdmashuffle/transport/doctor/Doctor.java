@@ -38,6 +38,16 @@ public final class Doctor {
         if (present(SLF4J, Doctor.class.getClassLoader())) {
             return DoctorCommand.run(args, out, err);
         }
+        try {
+            if (DoctorOptions.parse(args).help()) {   // the command line first: usage needs no SLF4J
+                out.println(DoctorOptions.USAGE);
+                return 0;
+            }
+        } catch (DoctorOptions.UsageException e) {
+            err.println("doctor: " + e.getMessage());
+            err.println(DoctorOptions.USAGE);
+            return DoctorCommand.USAGE;
+        }
         Path self = Path.of(Doctor.class.getProtectionDomain().getCodeSource().getLocation().toURI());
         Optional<Path> slf4j = findSlf4j(self);
         if (slf4j.isEmpty()) {

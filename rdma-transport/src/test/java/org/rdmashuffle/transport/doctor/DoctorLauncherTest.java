@@ -71,5 +71,10 @@ class DoctorLauncherTest {
         assertEquals(2, r.status(), r.output());
         assertTrue(r.output().startsWith("doctor: SLF4J is not on the class path"), r.output());
         assertTrue(r.output().contains("$SPARK_HOME/jars/*"), r.output());
+        Run bad = doctor(Map.of(), "--provider", "rdma");
+        assertEquals(2, bad.status(), bad.output());
+        assertTrue(bad.output().startsWith("doctor: invalid rdma-shuffle configuration")
+                && bad.output().contains("spark.shuffle.rdma.provider='rdma'")
+                && bad.output().contains("usage: java -cp <plugin jar>"), bad.output());
     }
 }
