@@ -36,10 +36,14 @@ public final class VerbsApis {
 
     /** Empty when the verbs provider can run with {@code api}; otherwise what is missing and how to fix it. */
     public static Optional<String> missing(VerbsApi api) {
-        Optional<String> device = device();
-        if (device.isPresent()) {
-            return device;
-        }
+        return device().or(() -> apiMissing(api));
+    }
+
+    /**
+     * Empty when rdma-core can be reached through {@code api} on this JVM, whether or not an RDMA device exists;
+     * otherwise what is missing and how to fix it (what {@code doctor} reports as the Java version's verbs path).
+     */
+    public static Optional<String> apiMissing(VerbsApi api) {
         switch (api) {
             case FFM:
                 return ffm().map(w -> "spark.shuffle.rdma.verbs.api=ffm, but " + w);
