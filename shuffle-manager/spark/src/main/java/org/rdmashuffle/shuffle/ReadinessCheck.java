@@ -62,13 +62,27 @@ public final class ReadinessCheck {
             return;
         }
         int status;
-        SparkContext sc = new SparkContext(conf);
+        SparkContext sc;
+        try {
+            sc = new SparkContext(conf);
+        } catch (Exception e) { // provider=verbs with fallback=never on a driver without a device, say
+            Throwable why = e instanceof java.lang.reflect.InvocationTargetException && e.getCause() != null
+                    ? e.getCause() : e; // Spark builds the shuffle manager by reflection
+            System.out.println("readiness: FAIL the application could not start: " + ReadinessReads.cause(why));
+            System.out.println("readiness: verdict FAIL: no executor checked");
+            System.exit(1);
+            return;
+        }
         try {
             ReadinessReport r = run(sc, a);
             System.out.print(r.text());
-            System.out.flush();
             status = r.exitStatus();
+        } catch (RuntimeException e) {
+            System.out.println("readiness: FAIL the check itself failed: " + ReadinessReads.cause(e));
+            e.printStackTrace();
+            status = 1;
         } finally {
+            System.out.flush();
             sc.stop();
         }
         System.exit(status);
@@ -182,7 +196,7 @@ public final class ReadinessCheck {
             try {
                 tagged = SparkInterop.pinned(sc, items, locations)
                         .map(i -> tag(ReadinessExecutor.executorId(), work.call(i))).collect();
-            } catch (RuntimeException e) {
+            } catch (Exception e) { // Spark's job failure is a SparkException, checked in Java but undeclared
                 problems.add(stage + " failed: " + ReadinessReads.cause(e));
                 break;
             }
