@@ -158,17 +158,18 @@ public final class ReadinessCheck {
                 pairs.addAll(some);
             }
         } finally {
-            Map<String, String> holding = new LinkedHashMap<>();
-            for (String id : registered.keySet()) {
-                holding.put(id, hosts.get(id));
-            }
+            // Every executor, not only those whose stage-1 result came back: a job that failed part-way may
+            // have registered regions whose results were lost with it.
             List<String> releaseProblems = new ArrayList<>();
-            Map<String, byte[]> released = onEach(sc, holding,
+            Map<String, byte[]> released = onEach(sc, hosts,
                     i -> javaSerialize(ReadinessExecutor.release(runId)), releaseProblems, "stage 3 (deregister)");
-            for (String id : holding.keySet()) {
-                if (!released.containsKey(id)) {
-                    notes.add("the region of this run stays registered on executor " + id + " until its node "
-                            + "closes: no task of stage 3 ran there " + releaseProblems);
+            for (String id : hosts.keySet()) {
+                byte[] p = registered.get(id);
+                boolean mayHold = p == null || ReadinessCheck.<Placed>javaDeserialize(p).ok();
+                if (mayHold && !released.containsKey(id)) {
+                    notes.add("the region of this run " + (p == null ? "may stay" : "stays") + " registered on "
+                            + "executor " + id + " until its node closes: no task of stage 3 ran there"
+                            + (releaseProblems.isEmpty() ? "" : " (" + String.join("; ", releaseProblems) + ")"));
                 }
             }
         }
