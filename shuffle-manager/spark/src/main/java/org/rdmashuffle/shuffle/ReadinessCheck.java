@@ -122,8 +122,8 @@ public final class ReadinessCheck {
         RdmaShuffleConf conf = SparkRdmaConf.from(sc.getConf());
         boolean strict = conf.provider() == RdmaShuffleConf.Provider.VERBS
                 && conf.fallback() == RdmaShuffleConf.Fallback.NEVER;
-        String header = "checking with provider=" + conf.provider().name().toLowerCase() + " fallback="
-                + conf.fallback().name().toLowerCase() + (strict ? " (strict: every executor must run verbs)" : "")
+        String header = "checking with provider=" + conf.provider().name().toLowerCase(java.util.Locale.ROOT) + " fallback="
+                + conf.fallback().name().toLowerCase(java.util.Locale.ROOT) + (strict ? " (strict: every executor must run verbs)" : "")
                 + ", " + a.regionMiB() + " MiB region per executor, " + a.reads()
                 + " READs of 1 MiB per pair, one at a time";
         List<String> problems = new ArrayList<>();
