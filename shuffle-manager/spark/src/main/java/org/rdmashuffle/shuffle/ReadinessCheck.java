@@ -12,6 +12,7 @@ import java.io.UncheckedIOException;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.UUID;
 import org.apache.spark.SparkConf;
@@ -122,8 +123,9 @@ public final class ReadinessCheck {
         RdmaShuffleConf conf = SparkRdmaConf.from(sc.getConf());
         boolean strict = conf.provider() == RdmaShuffleConf.Provider.VERBS
                 && conf.fallback() == RdmaShuffleConf.Fallback.NEVER;
-        String header = "checking with provider=" + conf.provider().name().toLowerCase(java.util.Locale.ROOT) + " fallback="
-                + conf.fallback().name().toLowerCase(java.util.Locale.ROOT) + (strict ? " (strict: every executor must run verbs)" : "")
+        String header = "checking with provider=" + conf.provider().name().toLowerCase(Locale.ROOT)
+                + " fallback=" + conf.fallback().name().toLowerCase(Locale.ROOT)
+                + (strict ? " (strict: every executor must run verbs)" : "")
                 + ", " + a.regionMiB() + " MiB region per executor, " + a.reads()
                 + " READs of 1 MiB per pair, one at a time";
         List<String> problems = new ArrayList<>();

@@ -45,8 +45,8 @@ class ReadinessCheckTest {
 
     @Test
     void shouldNameTheOptionWhenAnArgumentIsWrong() {
-        assertEquals("unknown argument '--size'",
-                assertThrows(IllegalArgumentException.class, () -> ReadinessArguments.parse("--size", "1")).getMessage());
+        assertEquals("unknown argument '--size'", assertThrows(IllegalArgumentException.class,
+                () -> ReadinessArguments.parse("--size", "1")).getMessage());
         assertEquals("--reads needs a number",
                 assertThrows(IllegalArgumentException.class, () -> ReadinessArguments.parse("--reads")).getMessage());
         assertEquals("--mib needs a number, not 'lots'",
