@@ -291,7 +291,8 @@ public final class RdmaShuffleManager implements ShuffleManager {
         return null;
     }
 
-    private void ensureDirectory() {
+    /** On the driver, starts the node directory executors register with, unless it runs (idempotent). */
+    void ensureDirectory() {
         if (isDriver && directory == null) {
             synchronized (this) {
                 if (directory == null) {
@@ -336,6 +337,11 @@ public final class RdmaShuffleManager implements ShuffleManager {
     public Optional<String> transportSummary() {
         NodeDirectory.Endpoint d = directory;
         return d == null ? Optional.empty() : Optional.of(d.transportSummary());
+    }
+
+    /** Why this executor's transport could not start (it reads and writes through Spark's path), or null. */
+    String runtimeFailure() {
+        return runtimeFailure;
     }
 
     /** The executor's runtime if it has started, else null; never starts it (for error paths). */

@@ -389,4 +389,40 @@ public final class SparkInterop {
             org.apache.spark.shuffle.ShuffleBlockResolver resolver, BlockId id) {
         return resolver.getBlockData(id, Option.empty());
     }
+
+    /**
+     * The executors whose block managers the driver knows now, id to host (the driver's own included, as
+     * {@code driver}), in a stable order: what {@code executor_<host>_<id>} task locations name.
+     */
+    static java.util.Map<String, String> blockManagerHosts(SparkEnv driverEnv) {
+        java.util.Map<String, String> hosts = new java.util.TreeMap<>();
+        scala.collection.Iterator<BlockManagerId> ids = driverEnv.blockManager().master().getMemoryStatus()
+                .keysIterator();
+        while (ids.hasNext()) {
+            BlockManagerId id = ids.next();
+            hosts.put(id.executorId(), id.host());
+        }
+        return hosts;
+    }
+
+    /**
+     * One partition per item, each preferring the one location given for it ({@code executor_<host>_<id>}
+     * pins its task to that executor while it has a free core; Spark's delay scheduling decides the rest).
+     */
+    @SuppressWarnings({"deprecation", "unchecked", "rawtypes"}) // JavaConverters: shared by Scala 2.12 and 2.13
+    static <T> org.apache.spark.api.java.JavaRDD<T> pinned(org.apache.spark.SparkContext sc, java.util.List<T> items,
+                                                           java.util.List<String> locations) {
+        if (items.size() != locations.size()) {
+            throw new IllegalArgumentException(items.size() + " items for " + locations.size() + " locations");
+        }
+        java.util.List<Tuple2> withPlaces = new java.util.ArrayList<>();
+        for (int i = 0; i < items.size(); i++) {
+            withPlaces.add(new Tuple2(items.get(i),
+                    JavaConverters.asScalaBuffer(java.util.List.of(locations.get(i))).toList()));
+        }
+        scala.reflect.ClassTag<T> tag = (scala.reflect.ClassTag) scala.reflect.ClassTag$.MODULE$.AnyRef();
+        org.apache.spark.rdd.RDD<T> rdd = sc.makeRDD((scala.collection.immutable.List) JavaConverters
+                .asScalaBuffer(withPlaces).toList(), tag);
+        return org.apache.spark.api.java.JavaRDD.fromRDD(rdd, tag);
+    }
 }
