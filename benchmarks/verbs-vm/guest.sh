@@ -1,12 +1,15 @@
 #!/bin/bash
 # Runs inside the guest, as root: SoftiWARP (siw) on a dummy interface and Soft-RoCE (rxe) on a veth
-# pair, then the checks of benchmarks/verbs-vm/run.sh. Every line starting with RESULT also goes to
+# pair (part fabric: a second siw, siw1, on the dummy interface rdma1), then the checks of
+# benchmarks/verbs-vm/run.sh. Every line starting with RESULT also goes to
 # $rs_out/summary.txt. Exit code 0 only when every check passed.
 set -u
 export LC_ALL=C           # a dot in $EPOCHREALTIME and in every number the tools print
-source "$rs_out/env.sh"   # ROOT API LIBDISNI JAVA CP CONSOLE SPARK_ARGS PARTS READ_ITERS BENCH_ROUNDS BENCH_TARGET FETCH_JAR FETCH_ARGS
+source "$rs_out/env.sh"   # ROOT API LIBDISNI JAVA CP CONSOLE SPARK_ARGS PARTS READ_ITERS BENCH_ROUNDS BENCH_TARGET FETCH_JAR FETCH_ARGS FABRIC_*
 SIW_IP=10.77.0.1
 RXE_IP=10.78.0.1
+SIW2_NET=10.77.1      # part fabric: siw1 on a second interface, rdma1, with its own /24
+SIW2_IP=$SIW2_NET.1
 t0=$(date +%s)
 failed=0
 say() { echo "[guest +$(( $(date +%s) - t0 ))s] $*"; }
@@ -24,8 +27,14 @@ rdma link add siw0 type siw netdev dummy0 || fail "rdma link add siw0"
 ip link add veth0 type veth peer name veth1 && ip addr add $RXE_IP/24 dev veth0
 ip link set veth0 up && ip link set veth1 up
 rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0"
+devices="siw0 rxe0"
+if wants fabric; then
+  ip link add rdma1 type dummy && ip addr add $SIW2_IP/24 dev rdma1 && ip link set rdma1 up
+  rdma link add siw1 type siw netdev rdma1 || fail "rdma link add siw1 (second interface rdma1)"
+  devices+=" siw1"
+fi
 rdma link show
-for d in siw0 rxe0; do
+for d in $devices; do
   ibv_devinfo -v -d $d | grep -E 'max_qp_rd_atom|max_qp_init_rd_atom|max_qp_wr|max_mr_size|max_cqe:' | sed "s/^/  $d /"
 done
 
@@ -113,6 +122,17 @@ export JAVA_HOME=$(dirname "$(dirname "$JAVA")") PATH="$(dirname "$JAVA"):$PATH"
 say "JVMs: $("$JAVA" -version 2>&1 | head -1); verbs through $API; java.library.path '${LIBPATH}'"
 JOPTS=(--add-exports java.base/sun.nio.ch=ALL-UNNAMED --add-opens java.base/sun.nio.ch=ALL-UNNAMED
        "-Djava.library.path=$LIBPATH" "${API_OPTS[@]}" -XX:+UseSerialGC -Xmx1g "-XX:ErrorFile=$rs_out/hs_err_pid%p.log")
+# What a Spark driver started with plain java needs (parts spark and fabric), and the plugin jar.
+RJ=$(ls "$ROOT"/shuffle-manager/spark/target/rdma-shuffle-spark-4.2_2.13-*-plugin.jar)
+SPARK_HOME_G=$ROOT/examples/target/spark-home
+opens=(--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
+  --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED
+  --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED
+  --add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.util.concurrent=ALL-UNNAMED
+  --add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED --add-opens=java.base/jdk.internal.ref=ALL-UNNAMED
+  --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/sun.nio.cs=ALL-UNNAMED
+  --add-opens=java.base/sun.security.action=ALL-UNNAMED --add-opens=java.base/sun.util.calendar=ALL-UNNAMED
+  -Dio.netty.tryReflectionSetAccessible=true)
 # The provider's own line names the API it runs through; a run through another fails its part.
 api_used() { local want=java.lang.foreign; [ "$API" = disni ] && want=DiSNI
   grep -q "through $want" "$1" || { fail "$2: the verbs provider did not run through $want ($(grep -m1 -o 'through [^ ]*' "$1"))"; return 1; }; }
@@ -374,21 +394,12 @@ if wants spark; then
   # under Spark's sort shuffle and under provider=verbs over siw in the same boot, alternating
   # applications (GuestFetchJob: placement, identical results, READs crossing executors, CPU per GB).
   say "fetch-bound job: two executor JVMs over siw, Spark's sort shuffle vs provider=verbs ($FETCH_ARGS)"
-  rj=$(ls "$ROOT"/shuffle-manager/spark/target/rdma-shuffle-spark-4.2_2.13-*-plugin.jar)
-  opens=(--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
-    --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED
-    --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED
-    --add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.util.concurrent=ALL-UNNAMED
-    --add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED --add-opens=java.base/jdk.internal.ref=ALL-UNNAMED
-    --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/sun.nio.cs=ALL-UNNAMED
-    --add-opens=java.base/sun.security.action=ALL-UNNAMED --add-opens=java.base/sun.util.calendar=ALL-UNNAMED
-    -Dio.netty.tryReflectionSetAccessible=true)
   for attempt in $(seq 1 $CRASH_ATTEMPTS); do
     rm -rf "$ROOT"/examples/target/spark-home/work   # the guest's overlay: executors' logs of this attempt only
     SPARK_HOME="$ROOT/examples/target/spark-home" SPARK_SCALA_VERSION=2.13 SPARK_LOCAL_IP=$SIW_IP \
       timeout 1800 "$JAVA" -Xmx768m -XX:+UseSerialGC "-XX:ErrorFile=$rs_out/hs_err_pid%p.log" "${opens[@]}" "-Djava.library.path=$LIBPATH" "${API_OPTS[@]}" \
-      -Dspark.driver.host=$SIW_IP -Dspark.driver.bindAddress=$SIW_IP -cp "$FETCH_JAR:$rj:$ROOT/examples/target/spark-home/jars/*" \
-      org.rdmashuffle.vmbench.GuestFetchJob $FETCH_ARGS --jars "$FETCH_JAR,$rj" \
+      -Dspark.driver.host=$SIW_IP -Dspark.driver.bindAddress=$SIW_IP -cp "$FETCH_JAR:$RJ:$ROOT/examples/target/spark-home/jars/*" \
+      org.rdmashuffle.vmbench.GuestFetchJob $FETCH_ARGS --jars "$FETCH_JAR,$RJ" \
       --conf "spark.executor.extraLibraryPath=$LIBPATH" --conf "spark.executor.extraJavaOptions=-XX:+UseSerialGC $NATIVE_ACCESS" \
       --rdma-conf spark.shuffle.rdma.provider=verbs --rdma-conf spark.shuffle.rdma.fallback=never \
       --rdma-conf spark.shuffle.rdma.verbs.api=$API > /tmp/fetch.log 2>&1
@@ -441,6 +452,183 @@ if wants limits; then
     tail -40 /tmp/limits.log
     fail "limits siw rc=$rc, WARN lines $left"
     cp /tmp/limits.log "$rs_out/" 2>/dev/null
+  fi
+fi
+if wants fabric; then
+  # Issue 34 on a fabric the guest builds itself. (a) The shuffle bound to a second interface: siw1 on
+  # rdma1 ($SIW2_NET.0/24) while the block managers stay on dummy0 ($SIW_IP): the fetch-bound job with two
+  # executor JVMs (GuestFetchJob, small) under Spark's sort shuffle and under provider=verbs,
+  # fallback=never and bindAddress=rdma1; every executor's "serving on" address must be on rdma1's subnet
+  # and its verbs node on siw1. (b) doctor over siw and over rxe: the device check and the READ self-test
+  # between a --serve and a --peer JVM. (c) the readiness job (SparkSubmit with plain java,
+  # local-cluster[2,1,MB]) over siw and rxe. (b) and (c) say "not in this build" when the plugin jar
+  # lacks their class.
+  if [ -x "$(dirname "$JAVA")/jar" ]; then "$(dirname "$JAVA")/jar" tf "$RJ"; else unzip -Z1 "$RJ"; fi > /tmp/plugin-entries.txt
+  in_jar() { grep -qx "${1//.//}.class" /tmp/plugin-entries.txt; }
+  DOCTOR=org.rdmashuffle.transport.doctor.Doctor
+  READINESS=org.rdmashuffle.shuffle.ReadinessCheck
+  SMALL=(-XX:+UseSerialGC -XX:TieredStopAtLevel=1 "-XX:ErrorFile=$rs_out/hs_err_pid%p.log" "-Djava.library.path=$LIBPATH")
+  EXEC_JOPTS="-XX:+UseSerialGC -XX:TieredStopAtLevel=1 $NATIVE_ACCESS"
+
+  say "fabric (a): the fetch-bound job with bindAddress=rdma1 (siw1, $SIW2_IP), block managers on dummy0 ($SIW_IP): $FABRIC_FETCH_ARGS"
+  for attempt in $(seq 1 $CRASH_ATTEMPTS); do
+    rm -rf "$SPARK_HOME_G/work"   # the guest's overlay: executors' logs of this attempt only
+    SPARK_HOME=$SPARK_HOME_G SPARK_SCALA_VERSION=2.13 SPARK_LOCAL_IP=$SIW_IP \
+      timeout 1200 "$JAVA" -Xmx512m "${SMALL[@]}" "${opens[@]}" "${API_OPTS[@]}" \
+      -Dspark.driver.host=$SIW_IP -Dspark.driver.bindAddress=$SIW_IP -cp "$FETCH_JAR:$RJ:$SPARK_HOME_G/jars/*" \
+      org.rdmashuffle.vmbench.GuestFetchJob $FABRIC_FETCH_ARGS --jars "$FETCH_JAR,$RJ" \
+      --conf "spark.executor.extraLibraryPath=$LIBPATH" --conf "spark.executor.extraJavaOptions=$EXEC_JOPTS" \
+      --rdma-conf spark.shuffle.rdma.provider=verbs --rdma-conf spark.shuffle.rdma.fallback=never \
+      --rdma-conf spark.shuffle.rdma.verbs.api=$API --rdma-conf spark.shuffle.rdma.bindAddress=rdma1 > /tmp/fabric-bind.log 2>&1
+    rc=$?
+    if crashed /tmp/fabric-bind.log || ls "$SPARK_HOME_G"/work/*/*/hs_err* >/dev/null 2>&1; then
+      result "NOTE fabric bind attempt $attempt: a JVM crashed under emulation; running it again"
+      cp "$SPARK_HOME_G"/work/*/*/hs_err* "$rs_out/" 2>/dev/null
+      continue
+    fi
+    break
+  done
+  cat "$SPARK_HOME_G"/work/*/*/stderr > /tmp/fabric-bind-executors.log 2>/dev/null
+  cp /tmp/fabric-bind.log /tmp/fabric-bind-executors.log "$rs_out/" 2>/dev/null
+  grep -E '^(FETCH |results identical)' /tmp/fabric-bind.log | sed 's/^/  /'
+  grep -o 'rdma-shuffle executor [^ ]* serving on [^ ]*' /tmp/fabric-bind-executors.log > /tmp/fabric-serving.txt
+  grep -o 'verbs node listening on [^ ]* ([^ ]*' /tmp/fabric-bind-executors.log > /tmp/fabric-nodes.txt
+  grep -o 'BlockManagerId([^)]*)' /tmp/fabric-bind-executors.log | sort -u > /tmp/fabric-bms.txt
+  while read -r line; do result "fabric bind siw: $line"; done < /tmp/fabric-serving.txt
+  while read -r line; do result "fabric bind siw: $line"; done < /tmp/fabric-nodes.txt
+  bad=""
+  [ $rc = 0 ] && grep -q '^results identical' /tmp/fabric-bind.log || bad+="job rc=$rc or results not identical to sort; "
+  [ "$(wc -l < /tmp/fabric-serving.txt)" -ge 2 ] || bad+="$(wc -l < /tmp/fabric-serving.txt) executors logged their serving address (2 expected); "
+  while read -r line; do   # the serving host, an address or a name (resolved in the guest), on rdma1's subnet
+    host=${line##*://}; host=${host%:*}
+    addr=$host
+    [[ $host =~ ^[0-9.]+$ ]] || addr=$(getent ahostsv4 "$host" | awk 'NR == 1 {print $1}')
+    [[ $addr == "$SIW2_NET".* ]] || bad+="'$line' is not on rdma1's $SIW2_NET.0/24 (host $host is ${addr:-unresolved}); "
+  done < /tmp/fabric-serving.txt
+  [ -s /tmp/fabric-nodes.txt ] && ! grep -vq '(siw1$' /tmp/fabric-nodes.txt || bad+="a verbs node is not on siw1 ($(tr '\n' ' ' < /tmp/fabric-nodes.txt)); "
+  want=java.lang.foreign; [ "$API" = disni ] && want=DiSNI
+  grep -q "through $want" /tmp/fabric-bind-executors.log || bad+="the executors' verbs nodes did not log 'through $want'; "
+  if [ -z "$bad" ]; then
+    result "fabric bind siw PASS (shuffle on rdma1/siw1 $SIW2_NET.0/24, block managers on $SIW_IP: $(tr '\n' ' ' < /tmp/fabric-bms.txt); results identical to sort; $(grep '^FETCH manager=rdma' /tmp/fabric-bind.log | grep -m1 -o 'reads_receiver=[0-9]*') in the rdma round)"
+  else
+    grep -E 'Exception|Error' /tmp/fabric-bind.log /tmp/fabric-bind-executors.log | head -10
+    tail -20 /tmp/fabric-bind.log
+    fail "fabric bind siw: $bad"
+  fi
+
+  # doctor_run LABEL IFACE ADDR: the device check bound to IFACE, then the READ self-test served on ADDR.
+  DOCTOR_CP=$RJ${DOCTOR_CP_EXTRA:+:$DOCTOR_CP_EXTRA}
+  doctor=(timeout 300 "$JAVA" -Xmx256m "${SMALL[@]}" "${API_OPTS[@]}" -cp "$DOCTOR_CP" $DOCTOR --conf spark.shuffle.rdma.verbs.api=$API)
+  doctor_lines() {  # $1=label $2=stdout file: every line of doctor's output into the summary (at most 40)
+    grep -v '^[[:space:]]*$' "$2" | head -40 > /tmp/doctor-lines.txt
+    while read -r line; do result "fabric doctor $1: $line"; done < /tmp/doctor-lines.txt
+  }
+  doctor_run() {
+    local label=$1 iface=$2 addr=$3 rc attempt spid serving port bad
+    say "fabric (b): doctor over $label (--bind $iface), then the READ self-test on $addr"
+    for attempt in $(seq 1 $CRASH_ATTEMPTS); do
+      "${doctor[@]}" --provider verbs --bind "$iface" > "/tmp/doctor-$label.out" 2> "/tmp/doctor-$label.err"
+      rc=$?
+      crashed "/tmp/doctor-$label.out" || break
+      result "NOTE fabric doctor $label attempt $attempt: the JVM crashed under emulation; running it again"
+    done
+    doctor_lines "$label" "/tmp/doctor-$label.out"
+    cp "/tmp/doctor-$label.out" "/tmp/doctor-$label.err" "$rs_out/" 2>/dev/null
+    if [ $rc = 0 ] && grep -q PASS "/tmp/doctor-$label.out"; then
+      result "fabric doctor $label PASS (--provider verbs --bind $iface: exit 0, devices found)"
+    else
+      tail -15 "/tmp/doctor-$label.err"
+      fail "fabric doctor $label: exit $rc ($(grep -m1 -E 'FAIL|Exception|Error' "/tmp/doctor-$label.out" "/tmp/doctor-$label.err" | cut -c1-300))"
+    fi
+    for attempt in $(seq 1 $CRASH_ATTEMPTS); do
+      "${doctor[@]}" --serve --bind "$addr" --provider verbs --serve-seconds 120 > "/tmp/doctor-serve-$label.out" 2>&1 &
+      spid=$!
+      serving=""
+      for _ in $(seq 1 240); do   # JVM start under emulation: up to 120 s
+        serving=$(grep -m1 -o 'doctor: serving READ self-test at verbs://[^ ]*' "/tmp/doctor-serve-$label.out")
+        [ -n "$serving" ] || ! kill -0 $spid 2>/dev/null && break
+        sleep 0.5
+      done
+      rc=99
+      if [ -n "$serving" ]; then
+        port=${serving##*:}
+        "${doctor[@]}" --peer "$addr:$port" --provider verbs --reads 64 > "/tmp/doctor-peer-$label.out" 2> "/tmp/doctor-peer-$label.err"
+        rc=$?
+      else
+        : > "/tmp/doctor-peer-$label.out"; : > "/tmp/doctor-peer-$label.err"
+      fi
+      kill $spid 2>/dev/null; wait $spid 2>/dev/null
+      crashed "/tmp/doctor-serve-$label.out" || crashed "/tmp/doctor-peer-$label.out" || break
+      result "NOTE fabric doctor self-test $label attempt $attempt: a JVM crashed under emulation; running it again"
+    done
+    cp "/tmp/doctor-serve-$label.out" "/tmp/doctor-peer-$label.out" "/tmp/doctor-peer-$label.err" "$rs_out/" 2>/dev/null
+    [ -n "$serving" ] && result "fabric doctor self-test $label: $serving"
+    doctor_lines "self-test $label" "/tmp/doctor-peer-$label.out"
+    bad=""
+    [ -n "$serving" ] || bad+="no 'doctor: serving READ self-test at verbs://' line from --serve; "
+    [ $rc = 0 ] || bad+="--peer exit $rc; "
+    grep -q PASS "/tmp/doctor-peer-$label.out" || bad+="no PASS line from --peer; "
+    ! grep -qw FAIL "/tmp/doctor-peer-$label.out" || bad+="a FAIL line; "
+    if [ -z "$bad" ]; then
+      result "fabric doctor self-test $label PASS (--serve on $addr, --peer --reads 64)"
+    else
+      tail -15 "/tmp/doctor-serve-$label.out" "/tmp/doctor-peer-$label.out" "/tmp/doctor-peer-$label.err"
+      fail "fabric doctor self-test $label: $bad"
+    fi
+  }
+  if in_jar $DOCTOR; then
+    doctor_run siw dummy0 $SIW_IP
+    doctor_run rxe veth0 $RXE_IP
+  else
+    result "fabric doctor SKIP: not in this build ($DOCTOR is not in $(basename "$RJ"))"
+  fi
+
+  # readiness_run LABEL IP: ReadinessCheck through SparkSubmit's main (what spark-submit runs), two
+  # executors on local-cluster, block managers and the shuffle on IP (SPARK_LOCAL_IP), strict posture.
+  readiness_run() {
+    local label=$1 ip=$2 rc attempt
+    say "fabric (c): the readiness job over $label ($ip): $READINESS_ARGS"
+    for attempt in $(seq 1 $CRASH_ATTEMPTS); do
+      rm -rf "$SPARK_HOME_G/work"
+      SPARK_HOME=$SPARK_HOME_G SPARK_SCALA_VERSION=2.13 SPARK_LOCAL_IP=$ip \
+        timeout 1200 "$JAVA" -Xmx512m "${SMALL[@]}" "${opens[@]}" "${API_OPTS[@]}" -cp "$RJ:$SPARK_HOME_G/jars/*" \
+        org.apache.spark.deploy.SparkSubmit --master "local-cluster[2,1,$FABRIC_EXECUTOR_MB]" \
+        --conf spark.executor.memory=${FABRIC_EXECUTOR_MB}m --conf spark.driver.host=$ip --conf spark.driver.bindAddress=$ip \
+        --conf spark.ui.enabled=false --conf spark.shuffle.manager=org.rdmashuffle.shuffle.RdmaShuffleManager \
+        --conf spark.shuffle.rdma.provider=verbs --conf spark.shuffle.rdma.fallback=never \
+        --conf spark.shuffle.rdma.verbs.api=$API --conf "spark.executor.extraLibraryPath=$LIBPATH" \
+        --conf "spark.executor.extraJavaOptions=$EXEC_JOPTS" \
+        --class $READINESS "$RJ" $READINESS_ARGS > "/tmp/readiness-$label.log" 2>&1
+      rc=$?
+      if crashed "/tmp/readiness-$label.log" || ls "$SPARK_HOME_G"/work/*/*/hs_err* >/dev/null 2>&1; then
+        result "NOTE fabric readiness $label attempt $attempt: a JVM crashed under emulation; running it again"
+        cp "$SPARK_HOME_G"/work/*/*/hs_err* "$rs_out/" 2>/dev/null
+        continue
+      fi
+      break
+    done
+    cat "$SPARK_HOME_G"/work/*/*/stderr > "/tmp/readiness-$label-executors.log" 2>/dev/null
+    cp "/tmp/readiness-$label.log" "/tmp/readiness-$label-executors.log" "$rs_out/" 2>/dev/null
+    grep '^readiness:' "/tmp/readiness-$label.log" | head -40 > /tmp/readiness-lines.txt
+    while read -r line; do result "fabric readiness $label: $line"; done < /tmp/readiness-lines.txt
+    if [ $rc = 0 ] && [ -s /tmp/readiness-lines.txt ] && ! grep -qw -E 'FAIL|FAILED' /tmp/readiness-lines.txt; then
+      result "fabric readiness $label PASS (exit 0, every pair OK, provider=verbs fallback=never)"
+    else
+      grep -E 'Exception|Error' "/tmp/readiness-$label.log" | head -10
+      tail -20 "/tmp/readiness-$label.log"
+      fail "fabric readiness $label: exit $rc, $(wc -l < /tmp/readiness-lines.txt) readiness lines, $(grep -cw -E 'FAIL|FAILED' /tmp/readiness-lines.txt) failing"
+    fi
+  }
+  if in_jar $READINESS; then
+    for d in $FABRIC_READINESS_ON; do
+      case $d in
+        siw) readiness_run siw $SIW_IP ;;
+        rxe) readiness_run rxe $RXE_IP ;;
+        *) fail "fabric readiness: unknown device '$d' in VERBS_VM_FABRIC_READINESS_ON (siw, rxe)" ;;
+      esac
+    done
+  else
+    result "fabric readiness SKIP: not in this build ($READINESS is not in $(basename "$RJ"))"
   fi
 fi
 say "done, failed=$failed"

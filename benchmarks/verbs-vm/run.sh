@@ -7,9 +7,15 @@
 # fetch-bound job with two executor JVMs, one serving and one reading, under both managers, with
 # each executor's and the guest's CPU per GB (spark), and the Spark job under a small locked-memory
 # limit, ulimit -l VERBS_VM_LIMIT_KB, 1024 (limits). Around the contract runs kprobes show the
-# connection parameters the kernel applied to the provider's queue pairs (qp-params lines).
+# connection parameters the kernel applied to the provider's queue pairs (qp-params lines). Part fabric
+# (issue 34): a second siw device, siw1, on its own interface rdma1 (10.77.1.1/24) and the two-executor
+# job with spark.shuffle.rdma.bindAddress=rdma1 (every executor serving on rdma1's subnet, verbs node on
+# siw1, results equal to the sort shuffle's); doctor (device check, and the READ self-test between a
+# --serve and a --peer JVM) over siw and rxe; the readiness job (ReadinessCheck through SparkSubmit on
+# local-cluster) over siw and rxe, strict posture. Doctor and the readiness job are skipped, saying
+# "not in this build", when the plugin jar lacks their class.
 #
-#   benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark limits"]
+#   benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark limits fabric"]
 #
 # The provider reaches rdma-core through java.lang.foreign (VERBS_VM_API=ffm, the default): every JVM
 # in the guest is a JDK 22+ (VERBS_VM_JAVA, default the newest under /usr/lib/jvm) with nothing but the
@@ -28,15 +34,20 @@
 # (extra JVM options for the provider's bench runs, to profile them; %l is replaced by the
 # run's label and %o by the out directory: -XX:StartFlightRecording=filename=%o/%l.jfr,settings=profile), VERBS_VM_TCG (QEMU's TCG threading: multi, one host thread per vCPU, or single),
 # VERBS_VM_IB_OPTS (extra options of the ib_read_bw client, e.g. "-Q 1" for a completion per READ).
+# Part fabric: VERBS_VM_FABRIC_FETCH_ARGS (GuestFetchJob's options for the bound job, "--mb 16 --maps 4
+# --reducers 4 --warmups 0 --rounds 1 --order sort,rdma --executor-mb 768"), VERBS_VM_FABRIC_EXECUTOR_MB
+# (the readiness job's executors, 768), VERBS_VM_READINESS_ARGS ("--mib 8 --reads 32"),
+# VERBS_VM_FABRIC_READINESS_ON ("siw rxe"), VERBS_VM_DOCTOR_CP_EXTRA (class path entries after the
+# plugin jar for doctor's JVMs; empty: the plugin jar alone, as docs tell users).
 # Measuring parts (bench, spark) load the machine: on a shared machine run under flock /tmp/bench.lock.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-parts="bench siw rxe spark limits"
+parts="bench siw rxe spark limits fabric"
 while [ $# -gt 0 ]; do
   case $1 in
     --parts) parts=$2; shift 2 ;;
-    *) echo "usage: [VERBS_VM_API=ffm|disni] [LIBDISNI_DIR=<dir>] $0 [--parts \"bench siw rxe spark limits\"]" >&2; exit 2 ;;
+    *) echo "usage: [VERBS_VM_API=ffm|disni] [LIBDISNI_DIR=<dir>] $0 [--parts \"bench siw rxe spark limits fabric\"]" >&2; exit 2 ;;
   esac
 done
 api=${VERBS_VM_API:-ffm}
@@ -201,6 +212,11 @@ FETCH_ARGS='${VERBS_VM_FETCH_ARGS:---mb 128 --warmups 1 --rounds 3 --order sort,
 LIMIT_KB='${VERBS_VM_LIMIT_KB:-1024}'
 BENCH_JOPTS='${VERBS_VM_BENCH_JOPTS:-}'
 IB_OPTS='${VERBS_VM_IB_OPTS:-}'
+FABRIC_FETCH_ARGS='${VERBS_VM_FABRIC_FETCH_ARGS:---mb 16 --maps 4 --reducers 4 --warmups 0 --rounds 1 --order sort,rdma --executor-mb 768}'
+FABRIC_EXECUTOR_MB='${VERBS_VM_FABRIC_EXECUTOR_MB:-768}'
+READINESS_ARGS='${VERBS_VM_READINESS_ARGS:---mib 8 --reads 32}'
+FABRIC_READINESS_ON='${VERBS_VM_FABRIC_READINESS_ON:-siw rxe}'
+DOCTOR_CP_EXTRA='${VERBS_VM_DOCTOR_CP_EXTRA:-}'
 ENV
 : > "$out/summary.txt"
 cp "$offsets" "$out/qp-offsets.env"
