@@ -491,7 +491,7 @@ if wants fabric; then
   cat "$SPARK_HOME_G"/work/*/*/stderr > /tmp/fabric-bind-executors.log 2>/dev/null
   cp /tmp/fabric-bind.log /tmp/fabric-bind-executors.log "$rs_out/" 2>/dev/null
   grep -E '^(FETCH |results identical)' /tmp/fabric-bind.log | sed 's/^/  /'
-  grep -o 'rdma-shuffle executor [^ ]* serving on [^ ]*' /tmp/fabric-bind-executors.log > /tmp/fabric-serving.txt
+  grep -Eo 'rdma-shuffle executor [^ ]+ serving on [a-z]+://[^ :]+:[0-9]+' /tmp/fabric-bind-executors.log > /tmp/fabric-serving.txt
   grep -o 'verbs node listening on [^ ]* ([^ ]*' /tmp/fabric-bind-executors.log > /tmp/fabric-nodes.txt
   grep -o 'BlockManagerId([^)]*)' /tmp/fabric-bind-executors.log | sort -u > /tmp/fabric-bms.txt
   while read -r line; do result "fabric bind siw: $line"; done < /tmp/fabric-serving.txt
@@ -518,7 +518,8 @@ if wants fabric; then
 
   # doctor_run LABEL IFACE ADDR: the device check bound to IFACE, then the READ self-test served on ADDR.
   DOCTOR_CP=$RJ${DOCTOR_CP_EXTRA:+:$DOCTOR_CP_EXTRA}
-  doctor=(timeout 300 "$JAVA" -Xmx256m "${SMALL[@]}" "${API_OPTS[@]}" -cp "$DOCTOR_CP" $DOCTOR --conf spark.shuffle.rdma.verbs.api=$API)
+  # SPARK_HOME set as on a Spark host: doctor takes SLF4J from $SPARK_HOME/jars (the plugin jar has none)
+  doctor=(env "SPARK_HOME=$SPARK_HOME_G" timeout 300 "$JAVA" -Xmx256m "${SMALL[@]}" "${API_OPTS[@]}" -cp "$DOCTOR_CP" $DOCTOR --conf spark.shuffle.rdma.verbs.api=$API)
   doctor_lines() {  # $1=label $2=stdout file: every line of doctor's output into the summary (at most 40)
     grep -v '^[[:space:]]*$' "$2" | head -40 > /tmp/doctor-lines.txt
     while read -r line; do result "fabric doctor $1: $line"; done < /tmp/doctor-lines.txt
@@ -538,7 +539,7 @@ if wants fabric; then
       result "fabric doctor $label PASS (--provider verbs --bind $iface: exit 0, devices found)"
     else
       tail -15 "/tmp/doctor-$label.err"
-      fail "fabric doctor $label: exit $rc ($(grep -m1 -E 'FAIL|Exception|Error' "/tmp/doctor-$label.out" "/tmp/doctor-$label.err" | cut -c1-300))"
+      fail "fabric doctor $label: exit $rc ($(grep -m1 -E 'FAIL|Exception|Error|doctor:' "/tmp/doctor-$label.out" "/tmp/doctor-$label.err" | cut -c1-300))"
     fi
     for attempt in $(seq 1 $CRASH_ATTEMPTS); do
       "${doctor[@]}" --serve --bind "$addr" --provider verbs --serve-seconds 120 > "/tmp/doctor-serve-$label.out" 2>&1 &
