@@ -37,7 +37,8 @@ public final class BindAddress {
 
     /**
      * The address {@code value} names on this host, or empty when {@code value} is null or blank (the caller's
-     * default applies).
+     * default applies). An IPv6 address comes without a scope, so its {@link InetAddress#getHostAddress()} is what
+     * peers can resolve; a loopback one is returned after one WARN naming {@code key}.
      *
      * @param key the configuration key {@code value} came from, named in every error
      * @throws TransportException when {@code value} names no address or interface of this host
@@ -163,7 +164,9 @@ public final class BindAddress {
                 StringBuilder b = new StringBuilder(n.getName());
                 for (InetAddress a : Collections.list(n.getInetAddresses())) {
                     if (!a.isLinkLocalAddress()) {
-                        b.append(' ').append(a.getHostAddress());
+                        String host = a.getHostAddress();
+                        int scope = host.indexOf('%');
+                        b.append(' ').append(scope < 0 ? host : host.substring(0, scope));
                     }
                 }
                 out.add(b.toString());
