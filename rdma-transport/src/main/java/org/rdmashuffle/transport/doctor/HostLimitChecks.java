@@ -13,6 +13,8 @@ import org.rdmashuffle.conf.RdmaShuffleConf;
  * map outputs they keep mapped.
  */
 final class HostLimitChecks {
+    /** The bit of {@code CAP_IPC_LOCK} in {@code CapEff}: with it, the kernel pins memory past the memlock limit. */
+    static final int CAP_IPC_LOCK = 14;
     /** Maps a JVM holds besides registered outputs (its libraries, heap, thread stacks, the pool's chunks). */
     static final long MAP_HEADROOM = 8192;
 
@@ -58,6 +60,10 @@ final class HostLimitChecks {
         if (limit.isEmpty()) {
             return Check.pass(name, "unlimited");
         }
+        if (hasIpcLock(host)) {
+            return Check.pass(name, "CAP_IPC_LOCK: the limit is not enforced (ulimit -l is "
+                    + ByteSizes.format(limit.get()) + ")");
+        }
         RdmaShuffleConf conf = host.conf();
         long pool = conf.poolMaxRegisteredBytes();
         long outputs = conf.maxRegisteredOutputBytes();
@@ -77,6 +83,30 @@ final class HostLimitChecks {
         }
         return Check.pass(name, seen + ", enough for the pool's " + ByteSizes.format(pool) + " and "
                 + ByteSizes.format(outputs) + " of outputs");
+    }
+
+    /** Whether this process holds {@code CAP_IPC_LOCK}; false when {@code /proc/self/status} cannot say. */
+    static boolean hasIpcLock(HostContext host) {
+        try {
+            return effectiveCapabilities(HostPaths.text(host.paths().status()))
+                    .map(caps -> (caps >>> CAP_IPC_LOCK & 1) != 0).orElse(false);
+        } catch (IOException e) {
+            return false;
+        }
+    }
+
+    /** The {@code CapEff} bit mask in {@code /proc/<pid>/status} text; empty when there is none. */
+    static Optional<Long> effectiveCapabilities(String status) {
+        for (String line : status.split("\n")) {
+            if (line.startsWith("CapEff:")) {
+                try {
+                    return Optional.of(Long.parseUnsignedLong(line.substring("CapEff:".length()).trim(), 16));
+                } catch (NumberFormatException e) {
+                    return Optional.empty();
+                }
+            }
+        }
+        return Optional.empty();
     }
 
     /**

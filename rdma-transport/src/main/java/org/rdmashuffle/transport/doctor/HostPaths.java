@@ -31,6 +31,11 @@ public record HostPaths(Path sys, Path proc, Path dev) {
         return proc.resolve("self").resolve("limits");
     }
 
+    /** {@code /proc/self/status}: its {@code CapEff} line holds this process's effective capabilities. */
+    public Path status() {
+        return proc.resolve("self").resolve("status");
+    }
+
     /** {@code /proc/sys/vm/max_map_count}. */
     public Path maxMapCount() {
         return proc.resolve("sys").resolve("vm").resolve("max_map_count");

@@ -1,8 +1,13 @@
 package org.rdmashuffle.transport.doctor;
 
 import java.io.IOException;
+import java.net.Inet4Address;
 import java.net.InetAddress;
-import java.net.UnknownHostException;
+import java.net.NetworkInterface;
+import java.net.SocketException;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import org.rdmashuffle.conf.RdmaShuffleConf;
@@ -53,11 +58,21 @@ final class RuntimeChecks {
         String name = "bind address";
         String key = RdmaShuffleConf.BIND_ADDRESS.name();
         if (bind.isBlank()) {
+            Optional<InetAddress> local = localAddress(interfaces());
+            if (local.isEmpty()) {
+                return Check.of(name, Check.Status.WARN, key + " not set and this host has only loopback up: peers "
+                        + "on other hosts cannot reach " + hostAddress(), "bring up the RDMA network's interface, "
+                        + "or pass --bind with its address");
+            }
             return Check.pass(name, key + " not set: executors bind their block manager's host (this host: "
-                    + hostAddress() + ")");
+                    + local.get().getHostAddress() + ")");
         }
         try {
             InetAddress a = BindAddress.resolve(bind, key).orElseThrow();
+            if (a.isLoopbackAddress()) {
+                return Check.of(name, Check.Status.WARN, key + "=" + bind + " -> " + a.getHostAddress()
+                        + ": loopback, peers on other hosts cannot reach it", "bind the RDMA network's interface");
+            }
             return Check.pass(name, key + "=" + bind + " -> " + a.getHostAddress());
         } catch (TransportException e) {
             return Check.of(name, Check.Status.FAIL, e.getMessage(), "set " + key
@@ -77,13 +92,60 @@ final class RuntimeChecks {
         }
     }
 
-    /** This host's address as its name resolves, or loopback when it does not. */
+    /** This host's address others reach it at ({@link #localAddress}), or loopback when it has none. */
     static String hostAddress() {
-        try {
-            return InetAddress.getLocalHost().getHostAddress();
-        } catch (UnknownHostException e) {
-            return InetAddress.getLoopbackAddress().getHostAddress();
+        return localAddress(interfaces()).orElse(InetAddress.getLoopbackAddress()).getHostAddress();
+    }
+
+    /** One network interface as {@link #localAddress} sees it. */
+    record Interface(String name, boolean up, boolean loopback, List<InetAddress> addresses) {
+    }
+
+    /**
+     * The address peers on other hosts would reach this host at, as Spark picks its own: the first address of an
+     * up, non-loopback interface that is neither loopback nor link-local, an IPv4 one before any IPv6 one (which
+     * loses its scope); empty when only loopback is up. Not {@code InetAddress.getLocalHost()}: the host name
+     * often resolves to 127.0.1.1 or 127.0.0.1.
+     */
+    static Optional<InetAddress> localAddress(List<Interface> interfaces) {
+        InetAddress v6 = null;
+        for (Interface n : interfaces) {
+            if (!n.up() || n.loopback()) {
+                continue;
+            }
+            for (InetAddress a : n.addresses()) {
+                if (a.isLoopbackAddress() || a.isLinkLocalAddress() || a.isAnyLocalAddress()) {
+                    continue;
+                }
+                if (a instanceof Inet4Address) {
+                    return Optional.of(a);
+                }
+                if (v6 == null) {
+                    v6 = a;
+                }
+            }
         }
+        if (v6 == null) {
+            return Optional.empty();
+        }
+        try {
+            return Optional.of(InetAddress.getByAddress(v6.getAddress()));
+        } catch (java.net.UnknownHostException e) {
+            throw new IllegalStateException("sixteen bytes are an IPv6 address", e);
+        }
+    }
+
+    /** This host's interfaces, in the order the kernel lists them; none when they cannot be listed. */
+    static List<Interface> interfaces() {
+        List<Interface> out = new ArrayList<>();
+        try {
+            for (NetworkInterface n : Collections.list(NetworkInterface.getNetworkInterfaces())) {
+                out.add(new Interface(n.getName(), n.isUp(), n.isLoopback(), Collections.list(n.getInetAddresses())));
+            }
+        } catch (SocketException e) {
+            return List.of();
+        }
+        return out;
     }
 
     /** Opens a node as an executor would (on a free port) and closes it right away. */

@@ -120,8 +120,12 @@ final class SelfTestPeer {
         }
     }
 
-    /** READs with {@link #WINDOW} in flight, each verified as it completes. */
-    private static SelfTestResult readWindowed(RdmaChannel ch, NodeAddress peer, TransportChoice choice,
+    /**
+     * READs with {@link #WINDOW} in flight, each verified as it completes. Completions come in any order (a channel
+     * promises none), so each READ is verified in the sink slot it was posted into, and the next one goes into the
+     * slot the completed one frees.
+     */
+    static SelfTestResult readWindowed(RdmaChannel ch, NodeAddress peer, TransportChoice choice,
                                                SelfTestPattern.Served served, MemoryRegion sink, ByteBuffer sinkMemory,
                                                int reads, int sizeBytes, long timeoutMs)
             throws IOException, InterruptedException {
@@ -129,12 +133,14 @@ final class SelfTestPeer {
         long spans = served.region().length() / sizeBytes;
         long[] postedAt = new long[reads];
         long[] latency = new long[reads];
+        int[] slotOf = new int[reads];
         BlockingQueue<Done> done = new ArrayBlockingQueue<>(reads);
         ReadBatch batch = new ReadBatch(1);
         long start = System.nanoTime();
         int posted = 0;
         for (; posted < window; posted++) {
-            post(ch, batch, served, sink, posted, posted % window, spans, sizeBytes, postedAt, done);
+            slotOf[posted] = posted;
+            post(ch, batch, served, sink, posted, posted, spans, sizeBytes, postedAt, done);
         }
         long verified = 0;
         for (int completed = 0; completed < reads; completed++) {
@@ -150,7 +156,7 @@ final class SelfTestPeer {
             }
             latency[i] = d.atNanos() - postedAt[i];
             long remote = (i % spans) * sizeBytes;
-            int slot = i % window;
+            int slot = slotOf[i];
             long diff = SelfTestPattern.firstDifference(sinkMemory, slot * sizeBytes, remote, sizeBytes,
                     served.seed());
             if (diff >= 0) {
@@ -159,6 +165,7 @@ final class SelfTestPeer {
             }
             verified += sizeBytes;
             if (posted < reads) {
+                slotOf[posted] = slot;
                 post(ch, batch, served, sink, posted, slot, spans, sizeBytes, postedAt, done);
                 posted++;
             }

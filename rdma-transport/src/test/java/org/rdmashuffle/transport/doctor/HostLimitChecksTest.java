@@ -37,6 +37,17 @@ class HostLimitChecksTest {
     }
 
     @Test
+    void shouldPassWhenTheProcessHoldsIpcLockWhateverTheLimit() {
+        FakeHost pod = memlock("65536").file("proc/self/status", "Name:\tjava\nCapPrm:\t00000000a80425fb\n"
+                + "CapEff:\t00000000a80465fb\nCapBnd:\t00000000a80465fb\n");
+        Check c = HostLimitChecks.memlock(pod.context("verbs"));
+        assertEquals(Check.Status.PASS, c.status(), c.toString());
+        assertTrue(c.detail().startsWith("CAP_IPC_LOCK: the limit is not enforced"), c.detail());
+        FakeHost withoutCap = memlock("65536").file("proc/self/status", "Name:\tjava\nCapEff:\t00000000a80425fb\n");
+        assertEquals(Check.Status.FAIL, HostLimitChecks.memlock(withoutCap.context("verbs")).status());
+    }
+
+    @Test
     void shouldFailNamingThePoolCapWhenMemlockIsBelowItUnderVerbs() {
         Check c = HostLimitChecks.memlock(memlock("8388608").context("verbs"));
 
