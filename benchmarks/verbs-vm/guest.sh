@@ -573,7 +573,7 @@ if wants fabric; then
     if [ -z "$bad" ]; then
       result "fabric doctor self-test $label PASS (--serve on $addr, --peer --reads 64)"
     else
-      tail -15 "/tmp/doctor-serve-$label.out" "/tmp/doctor-peer-$label.out" "/tmp/doctor-peer-$label.err"
+      tail -n 15 "/tmp/doctor-serve-$label.out" "/tmp/doctor-peer-$label.out" "/tmp/doctor-peer-$label.err"
       fail "fabric doctor self-test $label: $bad"
     fi
   }
