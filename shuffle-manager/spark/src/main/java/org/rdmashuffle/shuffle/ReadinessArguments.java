@@ -21,7 +21,8 @@ record ReadinessArguments(int regionMiB, int reads, int executors, int waitSecon
     static final String USAGE = "usage: spark-submit --class " + ReadinessCheck.class.getName()
             + " <plugin jar> [--mib N] [--reads N] [--executors N] [--wait-seconds S]"
             + " [--stage-seconds S]\n"
-            + "  --mib N           MiB each executor registers for the others to READ (default 16, 1.." + MAX_MIB + "):\n"
+            + "  --mib N           MiB each executor registers for the others to READ (default 16, 1.." + MAX_MIB
+            + "):\n"
             + "                    direct memory and locked memory on top of the executor's pool\n"
             + "  --reads N         READs of 1 MiB from every other executor, one at a time (default 64, 1..100000)\n"
             + "  --executors N     executors to wait for (default: spark.executor.instances, or what the cluster"

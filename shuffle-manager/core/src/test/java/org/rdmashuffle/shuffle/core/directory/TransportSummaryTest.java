@@ -109,7 +109,8 @@ class TransportSummaryTest {
         String line = s.line();
         assertTrue(line.length() < 600, line.length() + " characters: " + line);
         assertEquals("500 executors: 25 verbs (on mlx5_0: 25), 350 tcp ("
-                + "auto: the verbs node did not start on <host>: cannot lock # MiB of memory (RLIMIT_MEMLOCK is # KiB): "
+                + "auto: the verbs node did not start on <host>: cannot lock # MiB of memory "
+                + "(RLIMIT_MEMLOCK is # KiB): "
                 + "125; auto: the verbs node did not start on <host>: spark.shuffle.rdma.bindAddress 'ib#' names no "
                 + "inter...: 125; auto: no RDMA device: 100), 125 without a transport (Spark's path: port # taken"
                 + " on <host>: 125); e.g. \"auto: the verbs node did not start on node0.rack0.example.org: cannot lock "
