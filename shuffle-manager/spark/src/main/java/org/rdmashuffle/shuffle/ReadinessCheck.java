@@ -9,12 +9,17 @@ import java.io.ObjectOutputStream;
 import java.io.ObjectStreamClass;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.UUID;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkContext;
 import org.apache.spark.SparkEnv;
@@ -139,12 +144,13 @@ public final class ReadinessCheck {
         Map<String, String> hosts = ReadinessCluster.awaitExecutors(sc, a, problems);
         String runId = UUID.randomUUID().toString();
         int mib = a.regionMiB();
+        Duration budget = Duration.ofSeconds(a.stageSeconds());
         Map<String, byte[]> registered = Map.of();
         List<Placed> placed = new ArrayList<>();
         List<Pair> pairs = new ArrayList<>();
         try {
             registered = onEach(sc, hosts, i -> javaSerialize(ReadinessExecutor.register(runId, mib)), problems,
-                    "stage 1 (register)");
+                    "stage 1 (register)", budget);
             for (Map.Entry<String, String> e : hosts.entrySet()) {
                 byte[] p = registered.get(e.getKey());
                 placed.add(p != null ? javaDeserialize(p) : Placed.failed(e.getKey(), e.getValue(),
@@ -154,7 +160,7 @@ public final class ReadinessCheck {
             int reads = a.reads();
             Map<String, byte[]> measured = onEach(sc, hosts,
                     i -> javaSerialize(new ArrayList<>(ReadinessExecutor.readPeers(runId, told, reads))), problems,
-                    "stage 2 (READ)");
+                    "stage 2 (READ)", budget);
             for (byte[] b : measured.values()) {
                 List<Pair> some = javaDeserialize(b);
                 pairs.addAll(some);
@@ -164,7 +170,8 @@ public final class ReadinessCheck {
             // have registered regions whose results were lost with it.
             List<String> releaseProblems = new ArrayList<>();
             Map<String, byte[]> released = onEach(sc, hosts,
-                    i -> javaSerialize(ReadinessExecutor.release(runId)), releaseProblems, "stage 3 (deregister)");
+                    i -> javaSerialize(ReadinessExecutor.release(runId)), releaseProblems, "stage 3 (deregister)",
+                    budget);
             for (String id : hosts.keySet()) {
                 byte[] p = registered.get(id);
                 boolean mayHold = p == null || ReadinessCheck.<Placed>javaDeserialize(p).ok();
@@ -178,35 +185,71 @@ public final class ReadinessCheck {
         return ReadinessReport.of(header, placed, pairs, problems, notes, strict);
     }
 
+    /** As the six-argument form, with the default budget ({@link ReadinessArguments#DEFAULT_STAGE_SECONDS}). */
+    static Map<String, byte[]> onEach(SparkContext sc, Map<String, String> targets,
+                                      Function<Integer, byte[]> work, List<String> problems, String stage) {
+        return onEach(sc, targets, work, problems, stage,
+                Duration.ofSeconds(ReadinessArguments.DEFAULT_STAGE_SECONDS));
+    }
+
     /**
      * Runs {@code work} once on each executor of {@code targets} (id to host), a task pinned to each, with
      * further rounds for executors a round did not reach. Returns each executor's result, keyed by the
-     * executor the task ran on (the first result where two ran on one); a job that fails is a problem.
+     * executor the task ran on (the first result where two ran on one); a job that fails is a problem. The
+     * stage's jobs run in a job group of their own that is cancelled (tasks interrupted) once {@code budget}
+     * has passed — a pinned task whose executor was lost and not replaced would otherwise wait forever — and
+     * that is a problem naming the stage.
      */
     static Map<String, byte[]> onEach(SparkContext sc, Map<String, String> targets,
-                                      Function<Integer, byte[]> work, List<String> problems, String stage) {
+                                      Function<Integer, byte[]> work, List<String> problems, String stage,
+                                      Duration budget) {
         Map<String, byte[]> results = new LinkedHashMap<>();
-        for (int round = 0; round < PLACEMENT_ROUNDS && !results.keySet().containsAll(targets.keySet()); round++) {
-            List<Integer> items = new ArrayList<>();
-            List<String> locations = new ArrayList<>();
-            for (Map.Entry<String, String> t : targets.entrySet()) {
-                if (!results.containsKey(t.getKey())) {
-                    items.add(items.size());
-                    locations.add("executor_" + t.getValue() + "_" + t.getKey());
+        String group = "rdma-shuffle-readiness-" + UUID.randomUUID();
+        AtomicBoolean expired = new AtomicBoolean();
+        ScheduledExecutorService timer = Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, "rdma-shuffle readiness deadline");
+            t.setDaemon(true);
+            return t;
+        });
+        sc.setJobGroup(group, "rdma-shuffle readiness " + stage, true);
+        try {
+            timer.schedule(() -> {
+                expired.set(true);
+                sc.cancelJobGroup(group);
+            }, budget.toMillis(), TimeUnit.MILLISECONDS);
+            for (int round = 0; round < PLACEMENT_ROUNDS && !expired.get()
+                    && !results.keySet().containsAll(targets.keySet()); round++) {
+                List<Integer> items = new ArrayList<>();
+                List<String> locations = new ArrayList<>();
+                for (Map.Entry<String, String> t : targets.entrySet()) {
+                    if (!results.containsKey(t.getKey())) {
+                        items.add(items.size());
+                        locations.add("executor_" + t.getValue() + "_" + t.getKey());
+                    }
+                }
+                List<byte[]> tagged;
+                try {
+                    tagged = SparkInterop.pinned(sc, items, locations)
+                            .map(i -> tag(ReadinessExecutor.executorId(), work.call(i))).collect();
+                } catch (Exception e) { // Spark's job failure is a SparkException, checked in Java but undeclared
+                    if (!expired.get()) {
+                        problems.add(stage + " failed: " + ReadinessReads.cause(e));
+                    }
+                    break;
+                }
+                for (byte[] t : tagged) {
+                    Object[] idAndResult = javaDeserialize(t);
+                    results.putIfAbsent((String) idAndResult[0], (byte[]) idAndResult[1]);
                 }
             }
-            List<byte[]> tagged;
-            try {
-                tagged = SparkInterop.pinned(sc, items, locations)
-                        .map(i -> tag(ReadinessExecutor.executorId(), work.call(i))).collect();
-            } catch (Exception e) { // Spark's job failure is a SparkException, checked in Java but undeclared
-                problems.add(stage + " failed: " + ReadinessReads.cause(e));
-                break;
-            }
-            for (byte[] t : tagged) {
-                Object[] idAndResult = javaDeserialize(t);
-                results.putIfAbsent((String) idAndResult[0], (byte[]) idAndResult[1]);
-            }
+        } finally {
+            timer.shutdownNow();
+            sc.clearJobGroup();
+        }
+        if (expired.get() && !results.keySet().containsAll(targets.keySet())) {
+            problems.add(stage + " did not finish within " + budget.toSeconds() + " s (--stage-seconds): its job"
+                    + " was cancelled, " + results.size() + " of " + targets.size() + " executors answered"
+                    + " (was an executor lost mid-stage and not replaced?)");
         }
         return results;
     }

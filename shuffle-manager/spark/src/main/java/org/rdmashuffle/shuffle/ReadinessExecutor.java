@@ -64,7 +64,7 @@ final class ReadinessExecutor {
         ByteBuffer memory;
         MemoryRegion region;
         try {
-            memory = ByteBuffer.allocateDirect(regionMiB << 20);
+            memory = ByteBuffer.allocateDirect(ReadinessArguments.bytesOf(regionMiB));
             ReadinessReads.fill(memory, ReadinessReads.seed(runId, id));
             region = rt.node.register(memory, RegionAccess.REMOTE_READ);
         } catch (Exception | OutOfMemoryError e) {

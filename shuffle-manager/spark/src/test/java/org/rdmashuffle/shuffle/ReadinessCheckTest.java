@@ -38,8 +38,9 @@ class ReadinessCheckTest {
 
     @Test
     void shouldReadEveryOptionWhenAllAreGiven() {
-        assertEquals(new ReadinessArguments(8, 200, 3, 30, false),
-                ReadinessArguments.parse("--mib", "8", "--reads", "200", "--executors", "3", "--wait-seconds", "30"));
+        assertEquals(new ReadinessArguments(8, 200, 3, 30, 45, false),
+                ReadinessArguments.parse("--mib", "8", "--reads", "200", "--executors", "3", "--wait-seconds", "30",
+                        "--stage-seconds", "45"));
         assertTrue(ReadinessArguments.parse("--reads", "5", "--help").help());
     }
 
@@ -54,6 +55,23 @@ class ReadinessCheckTest {
                         .getMessage());
         assertTrue(assertThrows(IllegalArgumentException.class, () -> ReadinessArguments.parse("--mib", "0"))
                 .getMessage().startsWith("--mib 0 is out of range"));
+    }
+
+    @Test
+    void shouldRefuseARegionOfTwoGiBOrMoreWhenItsBytesWouldNotFitAnInt() {
+        assertEquals(1024, ReadinessArguments.parse("--mib", "1024").regionMiB());
+        assertEquals(1 << 30, ReadinessArguments.bytesOf(1024));
+        for (String mib : new String[] {"1025", "2048", "4095", "4096"}) {
+            assertEquals("--mib " + mib + " is out of range; accepted: 1..1024", assertThrows(
+                    IllegalArgumentException.class, () -> ReadinessArguments.parse("--mib", mib)).getMessage());
+        }
+        assertThrows(ArithmeticException.class, () -> ReadinessArguments.bytesOf(2048), "not a negative size");
+        assertTrue(ReadinessArguments.USAGE.contains("(default 16, 1..1024)"), ReadinessArguments.USAGE);
+        assertTrue(ReadinessArguments.USAGE.contains("direct memory and locked memory on top of the executor's pool"),
+                ReadinessArguments.USAGE);
+        assertEquals(ReadinessArguments.DEFAULT_STAGE_SECONDS, ReadinessArguments.parse().stageSeconds());
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ReadinessArguments.parse("--stage-seconds", "0"))
+                .getMessage().startsWith("--stage-seconds 0 is out of range"));
     }
 
     @Test
@@ -72,7 +90,7 @@ class ReadinessCheckTest {
                 none));
         assertEquals(5, ReadinessCluster.expected(new SparkConf(false).set("spark.executor.instances", "5"), none));
         assertEquals(2, ReadinessCluster.expected(new SparkConf(false).set("spark.executor.instances", "5"),
-                new ReadinessArguments(1, 1, 2, 1, false)));
+                new ReadinessArguments(1, 1, 2, 1, 1, false)));
         assertEquals(0, ReadinessCluster.expected(new SparkConf(false).set("spark.master", "yarn"), none));
     }
 

@@ -18,12 +18,13 @@ import org.junit.jupiter.api.Timeout;
  * The readiness job in-process against a local cluster of three executor JVMs on the tcp provider (one
  * cluster for both cases): every ordered pair READs and verifies its bytes, and when one executor's region is
  * deregistered before the READs, the pairs reading from it fail with the transport's cause and the job exits
- * 1. Either way no region of the run stays registered. The matrices are printed, so the build's log shows them.
+ * 1. Either way no region of the run stays registered. A stage whose tasks outlive its budget is cancelled and
+ * named. The matrices are printed, so the build's log shows them.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class ReadinessLocalClusterTest {
     private static final int EXECUTORS = 3;
-    private static final ReadinessArguments ARGS = new ReadinessArguments(4, 16, 0, 90, false);
+    private static final ReadinessArguments ARGS = new ReadinessArguments(4, 16, 0, 90, 120, false);
     private LocalCluster cluster;
 
     @BeforeAll
@@ -87,6 +88,22 @@ class ReadinessLocalClusterTest {
         assertEquals("readiness: verdict FAIL: 3 executors, 4 of 6 pairs OK, 64.0 MiB verified",
                 r.lines().get(r.lines().size() - 1));
         assertEquals(Map.of(), regionsHeld(), "regions of the run stayed registered");
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCancelTheStageAndNameItWhenItsTasksOutliveTheBudget() {
+        Map<String, String> targets = ReadinessCluster.awaitExecutors(cluster.sc.sc(), ARGS, new ArrayList<>());
+        assertEquals(EXECUTORS, targets.size(), "executors: " + targets);
+        List<String> problems = new ArrayList<>();
+        Map<String, byte[]> done = ReadinessCheck.onEach(cluster.sc.sc(), targets, i -> {
+            Thread.sleep(600_000); // a task that never ends, as one pinned to a lost executor; interrupted
+            return ReadinessCheck.javaSerialize(Boolean.TRUE);
+        }, problems, "stage 9 (stuck)", java.time.Duration.ofSeconds(1));
+        assertEquals(Map.of(), done);
+        assertEquals(List.of("stage 9 (stuck) did not finish within 1 s (--stage-seconds): its job was cancelled, "
+                + "0 of 3 executors answered (was an executor lost mid-stage and not replaced?)"), problems);
+        assertEquals(3L, cluster.sc.parallelize(List.of(1, 2, 3), 3).count(), "the cluster runs jobs again");
     }
 
     private static List<String> pairLines(ReadinessReport r) {

@@ -1,17 +1,25 @@
 package org.rdmashuffle.shuffle.core.directory;
 
+import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.List;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.regex.Pattern;
 import org.rdmashuffle.transport.TransportChoice;
 
 /**
  * Which transport every peer of a directory runs, summed up in one line for the operator: how many run
  * verbs on which device, how many tcp and why, how many no transport at all (they shuffle through the
  * engine's own path) and why — e.g. {@code 3 executors: 1 verbs (on mlx5_0: 1), 2 tcp (auto: no RDMA
- * device: 1; provider=tcp: 1)}.
+ * device: 1; provider=tcp: 1)}. Reasons are grouped with what differs from host to host masked
+ * ({@link #shortReason}), at most {@link #MAX_GROUPS} listed per provider (the largest; the rest as
+ * {@code +N other reasons: M}), and the line shows one full reason as an example ({@code ; e.g. "..."})
+ * when a listed group's reason was masked: the line stays short with hundreds of hosts.
  *
  * <p>It also decides when that line is worth logging ({@link #due}): once every expected peer has
  * reported (when the engine says how many it expects; else after {@link #QUIET_NANOS} without a report, and
@@ -31,9 +39,18 @@ public final class TransportSummary {
     /** The least time between two logged lines (the first one excepted). */
     public static final long MIN_INTERVAL_NANOS = 60_000_000_000L;
 
+    /** Reason groups listed per provider; the rest are counted together ("+N other reasons"). */
+    static final int MAX_GROUPS = 3;
+    /** The longest reason a group shows (longer ones are cut). */
+    static final int MAX_REASON_CHARS = 100;
+    /** The longest full reason shown as the line's example. */
+    static final int MAX_EXAMPLE_CHARS = 160;
+    private static final Pattern HOST_AFTER_ON = Pattern.compile(" on [^\\s:,;()'\"]+");
+    private static final Pattern DIGITS = Pattern.compile("[0-9]+");
+
     private final String noun;
     private final int expected;
-    private final Map<String, TransportChoice> live = new HashMap<>();
+    private final Map<String, TransportChoice> live = new LinkedHashMap<>(); // in order of first report
     /** Every peer that ever reported, and what it first reported: the application's whole life. */
     private final Set<String> seen = new HashSet<>();
     private final Map<String, Integer> lifeCounts = new TreeMap<>();
@@ -115,36 +132,75 @@ public final class TransportSummary {
         return line;
     }
 
-    /** Groups: verbs by device, the others by reason. */
+    /** Groups: verbs by device, the others by their reason made host-neutral ({@link #shortReason}). */
     private static String key(TransportChoice c) {
-        return c.provider() + '\u0000' + (c.provider().equals("verbs") ? c.device() : c.reason());
+        return c.provider() + '\u0000' + (c.provider().equals("verbs") ? c.device() : shortReason(c.reason()));
+    }
+
+    /**
+     * {@code reason} with what differs from host to host masked, so that hosts failing alike make one group:
+     * the word after {@code " on "} (the host a node was to start on) becomes {@code <host>}, every run of
+     * digits (addresses, ports, numbered host and interface names, errno values) {@code #}; cut to
+     * {@link #MAX_REASON_CHARS}. {@code auto: no RDMA device} and {@code provider=tcp} stay as they are.
+     */
+    static String shortReason(String reason) {
+        String s = HOST_AFTER_ON.matcher(reason).replaceAll(" on <host>");
+        s = DIGITS.matcher(s).replaceAll("#");
+        return cut(s, MAX_REASON_CHARS);
+    }
+
+    private static String cut(String s, int max) {
+        return s.length() <= max ? s : s.substring(0, max - 3) + "...";
     }
 
     private String format(int total, Map<String, Integer> counts, Map<String, TransportChoice> examples) {
         String nouns = total == 1 && noun.endsWith("s") ? noun.substring(0, noun.length() - 1) : noun;
         StringBuilder b = new StringBuilder().append(total).append(' ').append(nouns).append(':');
         String sep = " ";
+        String example = null; // one full reason per line, of the first listed group that was masked
         for (String provider : new String[] {"verbs", "tcp", NONE}) {
+            List<Map.Entry<String, Integer>> groups = new ArrayList<>();
             int n = 0;
-            StringBuilder groups = new StringBuilder();
             for (Map.Entry<String, Integer> e : counts.entrySet()) {
-                TransportChoice c = examples.get(e.getKey());
-                if (!c.provider().equals(provider)) {
-                    continue;
+                if (examples.get(e.getKey()).provider().equals(provider)) {
+                    groups.add(e);
+                    n += e.getValue();
                 }
-                n += e.getValue();
-                groups.append(groups.length() == 0 ? "" : "; ")
-                        .append(provider.equals("verbs") ? "on " + c.device() : c.reason())
-                        .append(": ").append(e.getValue());
             }
             if (n == 0 && provider.equals(NONE)) {
                 continue; // nobody without a transport: say nothing of it
             }
+            groups.sort(Map.Entry.<String, Integer>comparingByValue(Comparator.reverseOrder())
+                    .thenComparing(Map.Entry.comparingByKey()));
             b.append(sep).append(n).append(' ').append(provider.equals(NONE) ? "without a transport" : provider);
             if (n > 0) {
-                b.append(" (").append(groups).append(')');
+                b.append(" (");
+                int others = 0;
+                int otherPeers = 0;
+                for (int i = 0; i < groups.size(); i++) {
+                    Map.Entry<String, Integer> e = groups.get(i);
+                    if (i >= MAX_GROUPS) {
+                        others++;
+                        otherPeers += e.getValue();
+                        continue;
+                    }
+                    TransportChoice c = examples.get(e.getKey());
+                    String shown = provider.equals("verbs") ? "on " + c.device() : shortReason(c.reason());
+                    if (example == null && !provider.equals("verbs") && !shown.equals(c.reason())) {
+                        example = c.reason();
+                    }
+                    b.append(i == 0 ? "" : "; ").append(shown).append(": ").append(e.getValue());
+                }
+                if (others > 0) {
+                    b.append("; +").append(others).append(" other reason").append(others == 1 ? "" : "s")
+                            .append(": ").append(otherPeers);
+                }
+                b.append(')');
             }
             sep = ", ";
+        }
+        if (example != null) {
+            b.append("; e.g. \"").append(cut(example, MAX_EXAMPLE_CHARS)).append('"');
         }
         return b.toString();
     }

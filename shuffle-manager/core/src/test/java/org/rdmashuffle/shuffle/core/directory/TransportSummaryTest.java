@@ -2,6 +2,7 @@ package org.rdmashuffle.shuffle.core.directory;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import org.junit.jupiter.api.Test;
 import org.rdmashuffle.transport.TransportChoice;
@@ -85,5 +86,50 @@ class TransportSummaryTest {
         s.put("1", ASKED_TCP, later + 2 * S);
         assertEquals("2 executors: 1 verbs (on mlx5_0: 1), 1 tcp (auto: no RDMA device: 1)", s.lifeLine(),
                 "an executor that reports again is counted once, as it first reported");
+    }
+
+    @Test
+    void shouldGroupHostSpecificReasonsInOneShortLineWhenFiveHundredHostsFallBack() {
+        TransportSummary s = new TransportSummary("executors", 0);
+        String[] names = {"alpha", "bravo", "charlie", "delta", "echo"};
+        for (int i = 0; i < 500; i++) {
+            String host = i % 2 == 0 ? "node" + i + ".rack" + (i / 40) + ".example.org" : names[i % 5] + "-" + i;
+            TransportChoice c = switch (i % 4) {
+                case 0 -> TransportChoice.tcp("auto: the verbs node did not start on " + host
+                        + ": cannot lock 16 MiB of memory (RLIMIT_MEMLOCK is " + (64 + i) + " KiB)", true);
+                case 1 -> TransportChoice.tcp("auto: the verbs node did not start on 10.1." + (i / 250) + "." + i % 250
+                        + ": spark.shuffle.rdma.bindAddress 'ib0' names no interface of this host (eth0 10.1.0."
+                        + i % 250 + ", lo 127.0.0.1)", true);
+                case 2 -> new TransportChoice(TransportSummary.NONE, "", "", "Spark's path: port " + (40_000 + i)
+                        + " taken on " + host, true);
+                default -> i < 100 ? MLX : NO_DEVICE;
+            };
+            s.put("exec-" + i, c, 0);
+        }
+        String line = s.line();
+        assertTrue(line.length() < 600, line.length() + " characters: " + line);
+        assertEquals("500 executors: 25 verbs (on mlx5_0: 25), 350 tcp ("
+                + "auto: the verbs node did not start on <host>: cannot lock # MiB of memory "
+                + "(RLIMIT_MEMLOCK is # KiB): "
+                + "125; auto: the verbs node did not start on <host>: spark.shuffle.rdma.bindAddress 'ib#' names no "
+                + "inter...: 125; auto: no RDMA device: 100), 125 without a transport (Spark's path: port # taken"
+                + " on <host>: 125); e.g. \"auto: the verbs node did not start on node0.rack0.example.org: cannot lock "
+                + "16 MiB of memory (RLIMIT_MEMLOCK is 64 KiB)\"", line);
+        assertEquals(line, s.lifeLine(), "over the application too");
+    }
+
+    @Test
+    void shouldListTheLargestGroupsAndCountTheRestWhenReasonsDiffer() {
+        TransportSummary s = new TransportSummary("executors", 0);
+        String[] reasons = {"auto: no RDMA device", "provider=tcp", "auto: libibverbs missing", "auto: no port up",
+            "auto: device busy"};
+        int n = 0;
+        for (int r = 0; r < reasons.length; r++) {
+            for (int k = 0; k < reasons.length - r; k++) {
+                s.put("e" + n++, TransportChoice.tcp(reasons[r], true), 0);
+            }
+        }
+        assertEquals("15 executors: 0 verbs, 15 tcp (auto: no RDMA device: 5; provider=tcp: 4; "
+                + "auto: libibverbs missing: 3; +2 other reasons: 3)", s.line());
     }
 }
