@@ -553,7 +553,7 @@ if wants fabric; then
       rc=99
       if [ -n "$serving" ]; then
         port=${serving##*:}
-        "${doctor[@]}" --peer "$addr:$port" --provider verbs --reads 64 > "/tmp/doctor-peer-$label.out" 2> "/tmp/doctor-peer-$label.err"
+        "${doctor[@]}" --peer "$addr:$port" --bind "$addr" --provider verbs --reads 64 > "/tmp/doctor-peer-$label.out" 2> "/tmp/doctor-peer-$label.err"
         rc=$?
       else
         : > "/tmp/doctor-peer-$label.out"; : > "/tmp/doctor-peer-$label.err"
@@ -569,7 +569,7 @@ if wants fabric; then
     [ -n "$serving" ] || bad+="no 'doctor: serving READ self-test at verbs://' line from --serve; "
     [ $rc = 0 ] || bad+="--peer exit $rc; "
     grep -q PASS "/tmp/doctor-peer-$label.out" || bad+="no PASS line from --peer; "
-    ! grep -qw FAIL "/tmp/doctor-peer-$label.out" || bad+="a FAIL line; "
+    ! grep -q "^FAIL" "/tmp/doctor-peer-$label.out" || bad+="a FAIL line; "
     if [ -z "$bad" ]; then
       result "fabric doctor self-test $label PASS (--serve on $addr, --peer --reads 64)"
     else
