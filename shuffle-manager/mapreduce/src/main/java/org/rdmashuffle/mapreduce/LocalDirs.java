@@ -45,7 +45,7 @@ final class LocalDirs {
                 Path p = handler.getLocalPathForRead(relative);
                 if (p != null) {
                     File f = new File(p.toUri().getPath());
-                    if (f.exists()) {
+                    if (f.exists() && noLinksBelowLocalDir(f, relative)) {
                         return f;
                     }
                 }
@@ -55,7 +55,7 @@ final class LocalDirs {
         }
         for (File dir : configured) {
             File f = new File(dir, relative);
-            if (f.exists()) {
+            if (f.exists() && noLinksBelowLocalDir(f, relative)) {
                 return f;
             }
         }
@@ -69,7 +69,7 @@ final class LocalDirs {
             try {
                 for (Path p : handler.getAllLocalPathsForRead(relative)) {
                     File f = new File(p.toUri().getPath());
-                    if (f.isDirectory() && !found.contains(f)) {
+                    if (f.isDirectory() && noLinksBelowLocalDir(f, relative) && !found.contains(f)) {
                         found.add(f);
                     }
                 }
@@ -79,11 +79,42 @@ final class LocalDirs {
         }
         for (File dir : configured) {
             File f = new File(dir, relative);
-            if (f.isDirectory() && !found.contains(f)) {
+            if (f.isDirectory() && noLinksBelowLocalDir(f, relative) && !found.contains(f)) {
                 found.add(f);
             }
         }
         return found;
+    }
+
+    /**
+     * Whether {@code f}, which is {@code relative} under a local dir, is reached from that local dir through
+     * directories only: no component of {@code relative} is a symbolic link (none is followed), and every one but
+     * the last is a directory. The local dir itself may be a link (an administrator's choice); what containers
+     * write below it may not, so a task cannot point a map output's path at a file elsewhere through a linked
+     * directory. (Checked before each use of the path; what the service opens afterwards is opened by that path.)
+     */
+    static boolean noLinksBelowLocalDir(File f, String relative) {
+        java.nio.file.Path path = f.toPath();
+        java.nio.file.Path rel = java.nio.file.Paths.get(relative).normalize();
+        if (rel.isAbsolute() || rel.startsWith("..") || !path.endsWith(rel)) {
+            return false;
+        }
+        java.nio.file.Path at = path;
+        for (int i = 0; i < rel.getNameCount(); i++) {
+            at = at.getParent();
+        }
+        for (int i = 0; i < rel.getNameCount(); i++) {
+            at = at.resolve(rel.getName(i));
+            try {
+                BasicFileAttributes a = Files.readAttributes(at, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+                if (a.isSymbolicLink() || (i < rel.getNameCount() - 1 && !a.isDirectory())) {
+                    return false;
+                }
+            } catch (IOException e) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /** The length of {@code f} if it is a plain file (a symbolic link is not followed), else -1. */

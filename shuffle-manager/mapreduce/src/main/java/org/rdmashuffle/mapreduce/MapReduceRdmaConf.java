@@ -1,5 +1,7 @@
 package org.rdmashuffle.mapreduce;
 
+import java.io.IOException;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -79,6 +81,41 @@ public final class MapReduceRdmaConf {
      */
     static java.util.Optional<java.net.InetAddress> bindAddress(RdmaShuffleConf rdma) throws TransportException {
         return BindAddress.resolve(rdma.bindAddress(), BIND_ADDRESS);
+    }
+
+    /**
+     * {@code e} and its causes with every {@code spark.shuffle.rdma.} key in their messages named as the
+     * {@code mapreduce.shuffle.rdma.} key the user sets (the transport's errors name the Spark keys), each keeping
+     * its stack trace and, in {@code toString}, its original class.
+     */
+    static IOException namingMapReduceKeys(Throwable e) {
+        List<Throwable> chain = new ArrayList<>();
+        for (Throwable t = e; t != null && chain.size() < 32 && !chain.contains(t); t = t.getCause()) {
+            chain.add(t);
+        }
+        Renamed renamed = null;
+        for (int i = chain.size() - 1; i >= 0; i--) {
+            renamed = new Renamed(chain.get(i), renamed);
+        }
+        return renamed;
+    }
+
+    /** An error of the transport, its message naming this adapter's keys. */
+    private static final class Renamed extends IOException {
+        private static final long serialVersionUID = 1L;
+        private final String originalClass;
+
+        Renamed(Throwable original, Renamed cause) {
+            super(original.getMessage() == null ? null
+                    : original.getMessage().replace(RdmaShuffleConf.PREFIX, PREFIX), cause);
+            this.originalClass = original.getClass().getName();
+            setStackTrace(original.getStackTrace());
+        }
+
+        @Override
+        public String toString() {
+            return getMessage() == null ? originalClass : originalClass + ": " + getMessage();
+        }
     }
 
     /** {@value #PORT}, checked: 1–65535. */

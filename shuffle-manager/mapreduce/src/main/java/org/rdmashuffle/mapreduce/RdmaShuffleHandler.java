@@ -1,5 +1,6 @@
 package org.rdmashuffle.mapreduce;
 
+import java.io.IOException;
 import java.nio.ByteBuffer;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
@@ -69,7 +70,11 @@ public class RdmaShuffleHandler extends AuxiliaryService {
             bindHost = bound.get().getHostAddress();
             advertised = bindHost;
         }
-        server = ShuffleServer.acquire(conf, rdma, bindHost, advertised);
+        try {
+            server = ShuffleServer.acquire(conf, rdma, bindHost, advertised);
+        } catch (IOException | RuntimeException e) { // the transport names spark.* keys: name the user's
+            throw MapReduceRdmaConf.namingMapReduceKeys(e);
+        }
         LOG.info("rdma-shuffle: {} serves map outputs under {} at {}", MapReduceRdmaConf.SERVICE_NAME, dirs,
                 server.address());
         super.serviceStart();

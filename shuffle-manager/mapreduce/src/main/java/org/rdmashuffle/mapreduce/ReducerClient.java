@@ -48,7 +48,11 @@ final class ReducerClient implements AutoCloseable {
         String host = MapReduceRdmaConf.bindAddress(serviceConf).map(java.net.InetAddress::getHostAddress)
                 .orElse("127.0.0.1");
         NodeOptions options = new NodeOptions(host, host, ControlHandler.NONE, null).withRealm(realm, secret);
-        this.node = RdmaTransport.open(conf, options);
+        try {
+            this.node = RdmaTransport.open(conf, options);
+        } catch (IOException | RuntimeException e) {
+            throw MapReduceRdmaConf.namingMapReduceKeys(e);
+        }
         try {
             this.pool = new BufferPool(BufferPoolOptions.from(conf), node.sinkRegistrar());
         } catch (RuntimeException e) {
@@ -69,10 +73,13 @@ final class ReducerClient implements AutoCloseable {
     ByteBuffer call(NodeAddress service, ByteBuffer request) throws IOException, InterruptedException {
         try {
             return node.connect(service).call(request).get(conf.requestTimeoutMs(), TimeUnit.MILLISECONDS);
-        } catch (ExecutionException e) {
-            throw new IOException(e.getCause().getMessage(), e.getCause());
+        } catch (ExecutionException e) { // the transport names spark.* keys: name the user's mapreduce.* ones
+            throw MapReduceRdmaConf.namingMapReduceKeys(e.getCause());
+        } catch (IOException e) {
+            throw MapReduceRdmaConf.namingMapReduceKeys(e);
         } catch (TimeoutException e) {
-            throw new IOException("no answer from " + service + " within " + conf.requestTimeoutMs() + " ms", e);
+            throw new IOException("no answer from " + service + " within " + conf.requestTimeoutMs() + " ms ("
+                    + MapReduceRdmaConf.PREFIX + "requestTimeout)", e);
         }
     }
 

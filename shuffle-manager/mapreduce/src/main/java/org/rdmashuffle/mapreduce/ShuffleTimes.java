@@ -32,8 +32,15 @@ final class ShuffleTimes {
         mergeNanos.add(nanos);
     }
 
-    /** Adds every time, in milliseconds, to its counter. */
+    /**
+     * Adds every time, in milliseconds, to its counter, and 0 to every other {@link RdmaShuffleCounter}: a counter
+     * a task never added to is absent from the job's counters, so one that stayed 0 ({@code MAPS_VIA_HTTP},
+     * {@code READ_FAILURES}) would otherwise not be there at all.
+     */
     void count(Reporter reporter) {
+        for (RdmaShuffleCounter c : RdmaShuffleCounter.values()) {
+            reporter.incrCounter(c, 0);
+        }
         reporter.incrCounter(RdmaShuffleCounter.OPEN_MILLIS, ms(openNanos));
         reporter.incrCounter(RdmaShuffleCounter.REGISTER_MILLIS, ms(registerNanos));
         reporter.incrCounter(RdmaShuffleCounter.READ_WAIT_MILLIS, ms(readWaitNanos));

@@ -189,6 +189,12 @@ class RdmaShuffleJobsTest {
         int maps = job.succeededAttempts(true).size();
         assertEquals((long) maps * 2, job.counter(RdmaShuffleCounter.MAPS_READ), "every partition READ");
         assertEquals(0, job.counter(RdmaShuffleCounter.MAPS_VIA_HTTP));
+        Set<String> present = new java.util.TreeSet<>(); // iterated: a look-up by name would create the counter
+        for (org.apache.hadoop.mapreduce.Counter c : job.counters().getGroup(RdmaShuffleCounter.class.getName())) {
+            present.add(c.getName());
+        }
+        assertEquals(new java.util.TreeSet<>(java.util.Arrays.stream(RdmaShuffleCounter.values()).map(Enum::name)
+                .toList()), present, "every counter in the job's counters, those that stayed 0 too");
         assertEquals(Set.of(0, 1), nodeManagersOf(job.succeededAttempts(true)),
                 "maps ran on both NodeManagers, so each reducer READ from both");
     }
