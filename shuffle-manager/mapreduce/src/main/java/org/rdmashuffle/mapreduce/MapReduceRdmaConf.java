@@ -35,6 +35,14 @@ public final class MapReduceRdmaConf {
      * ({@code spark.shuffle.rdma.bindAddress} here); errors name this key.
      */
     public static final String BIND_ADDRESS = PREFIX + "bindAddress";
+    /**
+     * Bytes of map output index records the NodeManager's service holds for reducers' lengths, every job together
+     * (24 per reduce per map; the least recently used are dropped and read again from disk when asked), like
+     * Hadoop's {@code mapreduce.shuffle.index.cache.limit.bytes}. A size ({@code 10m}, {@code 512k}, bytes), 0
+     * holds none. MapReduce only.
+     */
+    public static final String INDEX_CACHE_MAX_BYTES = PREFIX + "indexCache.maxBytes";
+    public static final long DEFAULT_INDEX_CACHE_MAX_BYTES = 10L << 20;
     /** The auxiliary service's name in {@code yarn.nodemanager.aux-services}. */
     public static final String SERVICE_NAME = "rdma_shuffle";
     /** Where a NodeManager keeps map outputs: {@code yarn.nodemanager.local-dirs}. */
@@ -51,12 +59,13 @@ public final class MapReduceRdmaConf {
     public static RdmaShuffleConf from(Configuration hadoop) {
         Map<String, String> settings = new HashMap<>();
         for (Map.Entry<String, String> e : hadoop.getPropsWithPrefix(PREFIX).entrySet()) {
-            if (e.getKey().equals("bindHost")) {
-                continue; // this adapter's own key
+            if (e.getKey().equals("bindHost") || e.getKey().equals("indexCache.maxBytes")) {
+                continue; // this adapter's own keys
             }
             settings.put(RdmaShuffleConf.PREFIX + e.getKey(), e.getValue());
         }
         settings.put(RdmaShuffleConf.PORT.name(), Integer.toString(port(hadoop)));
+        indexCacheMaxBytes(hadoop);
         String retries = settings.get(RdmaShuffleConf.PORT_MAX_RETRIES.name());
         if (retries != null && !retries.trim().equals("0")) {
             throw new ConfigException(List.of(PREFIX + "port.maxRetries=" + retries
@@ -116,6 +125,24 @@ public final class MapReduceRdmaConf {
         public String toString() {
             return getMessage() == null ? originalClass : originalClass + ": " + getMessage();
         }
+    }
+
+    /** {@value #INDEX_CACHE_MAX_BYTES}, checked: a size of 0 or more bytes. */
+    public static long indexCacheMaxBytes(Configuration hadoop) {
+        String raw = hadoop.getTrimmed(INDEX_CACHE_MAX_BYTES, "");
+        if (raw.isEmpty()) {
+            return DEFAULT_INDEX_CACHE_MAX_BYTES;
+        }
+        long bytes;
+        try {
+            bytes = hadoop.getLongBytes(INDEX_CACHE_MAX_BYTES, DEFAULT_INDEX_CACHE_MAX_BYTES);
+        } catch (RuntimeException e) {
+            throw new ConfigException(List.of(INDEX_CACHE_MAX_BYTES + "='" + raw + "': not a size (bytes, or 512k, 10m, 1g)"));
+        }
+        if (bytes < 0) {
+            throw new ConfigException(List.of(INDEX_CACHE_MAX_BYTES + "=" + raw + ": a size of 0 or more bytes"));
+        }
+        return bytes;
     }
 
     /** {@value #PORT}, checked: 1–65535. */

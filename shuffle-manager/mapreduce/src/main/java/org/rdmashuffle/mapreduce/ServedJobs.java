@@ -9,7 +9,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
-import org.apache.hadoop.mapred.SpillRecord;
 import org.apache.hadoop.mapreduce.JobID;
 import org.apache.hadoop.mapreduce.security.TokenCache;
 import org.apache.hadoop.security.Credentials;
@@ -89,8 +88,11 @@ final class ServedJobs {
         }
     }
 
-    /** A map attempt's output registered in its job's table, with its index for the lengths reducers ask. */
-    record Registered(int attempt, SpillRecord index) {
+    /**
+     * A map attempt's output registered in its job's table, with its index file: the lengths reducers ask are in
+     * the process's {@link IndexCache}, or read again from that file.
+     */
+    record Registered(int attempt, File index) {
     }
 
     private final Configuration conf;

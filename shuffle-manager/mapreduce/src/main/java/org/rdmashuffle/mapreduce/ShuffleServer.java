@@ -45,6 +45,8 @@ final class ShuffleServer implements AutoCloseable {
     private final int port;
     private final JobConf jobConf;
     private final ServedJobs jobs;
+    /** Every job's map output indexes, bounded ({@link MapReduceRdmaConf#INDEX_CACHE_MAX_BYTES}). */
+    private final IndexCache indexes;
     private final MapOutputServer server;
     /**
      * Deregisters stopped jobs' outputs, one job after another, off the NodeManager's dispatcher (a job of 10,000
@@ -60,6 +62,7 @@ final class ShuffleServer implements AutoCloseable {
         this.port = port;
         this.jobConf = new JobConf(conf);
         this.jobs = new ServedJobs(conf);
+        this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf), jobConf);
         NodeOptions options = new NodeOptions(bindHost, advertisedHost, ControlHandler.NONE, null)
                 .withSecrets(jobs::secretOf);
         this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoPeerDirectory(),
@@ -124,6 +127,11 @@ final class ShuffleServer implements AutoCloseable {
         return server.node().localAddress();
     }
 
+    /** The indexes held for reducers' lengths (their bytes and disk reads, for tests and operators). */
+    IndexCache indexes() {
+        return indexes;
+    }
+
     MapOutputServer outputs() {
         return server;
     }
@@ -147,6 +155,7 @@ final class ShuffleServer implements AutoCloseable {
      */
     void dropJob(ServedJobs.Job job) {
         job.stopped = true;
+        indexes.dropJob(job.shuffleId);
         server.unregisterShuffle(job.shuffleId, jobStops);
     }
 
@@ -223,15 +232,16 @@ final class ShuffleServer implements AutoCloseable {
             // not knock the later one out of the table (other reducers may be READing it). HTTP serves it by path.
             return MapState.HTTP;
         }
+        IndexCache.Key key = new IndexCache.Key(job.shuffleId, m.mapIndex(), m.attempt());
         if (reg == null || reg.attempt() != m.attempt()) {
             TaskAttemptID attempt = new TaskAttemptID(new TaskID(job.jobId, TaskType.MAP, m.mapIndex()), m.attempt());
-            String base = "output/" + attempt + "/";
-            File index = job.find(base + "file.out.index");
-            File data = job.find(base + "file.out");
-            if (index == null || data == null) {
+            IndexCache.Located files = indexes.locate(job, attempt, key);
+            if (files == null) {
                 LOG.debug("rdma-shuffle: output of {} is not on this NodeManager", attempt);
                 return MapState.GONE;
             }
+            File index = files.index();
+            File data = files.data();
             // Only plain files (not links, pipes or devices), and an index of exactly the job's reduces: nothing
             // else is opened, read into memory or mapped.
             long indexBytes = LocalDirs.plainFileLength(index);
@@ -248,7 +258,7 @@ final class ShuffleServer implements AutoCloseable {
             }
             SpillRecord spill;
             try {
-                spill = new SpillRecord(new Path(index.getPath()), jobConf);
+                spill = indexes.read(index);
             } catch (IOException e) {
                 LOG.warn("rdma-shuffle: cannot read the index of {}: {}", attempt, e.toString());
                 return MapState.GONE;
@@ -261,10 +271,21 @@ final class ShuffleServer implements AutoCloseable {
                 return MapState.HTTP;
             }
             server.publish(job.shuffleId, job.numMaps, m.mapIndex(), m.attempt(), data, offsets);
-            reg = new ServedJobs.Registered(m.attempt(), spill);
+            reg = new ServedJobs.Registered(m.attempt(), index);
             job.outputs.put(m.mapIndex(), reg);
+            indexes.put(key, spill);
+            IndexRecord rec = spill.getIndex(r.reduce());
+            return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
         }
-        IndexRecord rec = reg.index().getIndex(r.reduce());
+        SpillRecord spill;
+        try {
+            spill = indexes.get(key, reg.index(), r.numReduces());
+        } catch (IOException e) { // dropped from memory, and its file is gone or changed since it was registered
+            LOG.warn("rdma-shuffle: cannot read the index of map {} attempt {} of job {} again: {}", m.mapIndex(),
+                    m.attempt(), job.realm(), e.toString());
+            return MapState.GONE;
+        }
+        IndexRecord rec = spill.getIndex(r.reduce());
         return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
     }
 

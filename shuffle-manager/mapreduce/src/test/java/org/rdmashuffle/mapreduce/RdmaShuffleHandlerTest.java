@@ -254,6 +254,56 @@ class RdmaShuffleHandlerTest {
     }
 
     @Test
+    void shouldHoldAtMostTheIndexCacheLimitAndAnswerDroppedIndexesFromTheirFilesWhenManyMapsRegister()
+            throws Exception {
+        service.stop();
+        long limit = 2L * REDUCES * ShuffleServer.INDEX_RECORD_BYTES; // two maps' indexes of the three
+        nmConf.set(MapReduceRdmaConf.INDEX_CACHE_MAX_BYTES, Long.toString(limit));
+        service = new RdmaShuffleHandler();
+        service.init(nmConf);
+        service.start();
+        byte[] secret = "secret-of-a-big-job".getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 40, secret);
+        byte[][][] outputs = new byte[MAPS][][];
+        for (int m = 0; m < MAPS; m++) {
+            outputs[m] = writeMapOutput(dir.resolve("nm1"), job, m, 0, 400 + m);
+        }
+        IndexCache indexes = service.server().indexes();
+        try (ReducerClient client = reducer(job, secret)) {
+            NodeAddress at = service(client);
+            for (int round = 0; round < 2; round++) {
+                for (int reduce = 0; reduce < REDUCES; reduce++) {
+                    for (int m = 0; m < MAPS; m++) { // each map alone: the least recently used one is dropped
+                        RegisterProtocol.Reply reply = register(client, at, reduce, new MapAttempt(m, 0));
+                        assertEquals(RegisterProtocol.PUBLISHED, reply.maps()[0].state(), reply.reason());
+                        assertEquals(outputs[m][reduce].length, reply.maps()[0].partLength());
+                        assertEquals(outputs[m][reduce].length * 2L, reply.maps()[0].rawLength());
+                        assertTrue(indexes.heldBytes() <= limit, indexes.heldBytes() + " bytes held > " + limit);
+                    }
+                }
+            }
+            assertEquals(2, indexes.heldIndexes());
+            assertTrue(indexes.indexReads() > MAPS, "dropped indexes were read again: " + indexes.indexReads());
+        }
+    }
+
+    @Test
+    void shouldLookForAMissingOutputOnDiskOnceWhenReducersAskAgainAndAgain() throws Exception {
+        byte[] secret = "secret-of-job-41".getBytes();
+        JobID job = runContainer(service, dir.resolve("nm1"), 41, secret);
+        IndexCache indexes = service.server().indexes();
+        try (ReducerClient client = reducer(job, secret)) {
+            NodeAddress at = service(client);
+            long before = indexes.lookups();
+            for (int i = 0; i < 5; i++) {
+                RegisterProtocol.Reply r = register(client, at, 0, new MapAttempt(1, 0));
+                assertEquals(RegisterProtocol.MISSING, r.maps()[0].state());
+            }
+            assertEquals(1, indexes.lookups() - before, "one disk lookup for five asks within the remembered time");
+        }
+    }
+
+    @Test
     void shouldServeTheAttemptAReducerNamesAndLeaveAnOlderOnesReadersToHttp() throws Exception {
         byte[] secret = "rerun".repeat(5).getBytes();
         JobID job = runContainer(service, dir.resolve("nm1"), 6, secret);
