@@ -226,7 +226,8 @@ final class ResponderHandshake {
     private void refuse(ServedConnection c, int status, String why) {
         responder.connectionsRefused++;
         handshakeLog.warn("refused connection from {}: {}{}", c.remote,
-                why != null ? why : Wire.handshakeStatus(status), c.realm == null ? "" : " (realm " + Realms.printable(c.realm) + ")");
+                why != null ? why : Wire.handshakeStatus(status),
+                c.realm == null ? "" : " (realm " + Realms.printable(c.realm) + ")");
         c.clientNonce = null;
         c.serverNonce = null;
         c.realmBytes = null;

@@ -219,7 +219,8 @@ public final class TcpNode implements RdmaNode {
             byte[] address = secret == null ? null : Handshake.addressField(dialled);
             ByteBuffer hello = ByteBuffer.allocate(Wire.HELLO_BYTES + (realm == null ? 0 : 1 + realm.length)
                     + (address == null ? 0 : address.length));
-            int flags = (secret != null ? Wire.FLAG_AUTH | Wire.FLAG_ADDRESS : 0) | (realm != null ? Wire.FLAG_REALM : 0);
+            int flags = (secret != null ? Wire.FLAG_AUTH | Wire.FLAG_ADDRESS : 0)
+                    | (realm != null ? Wire.FLAG_REALM : 0);
             hello.putInt(Wire.MAGIC).putShort(secret == null ? Wire.VERSION_WITHOUT_REALM : Wire.VERSION)
                     .putShort((short) flags).put(clientNonce);
             if (realm != null) {
@@ -261,10 +262,11 @@ public final class TcpNode implements RdmaNode {
                 throw new HandshakeRefused(Wire.handshakeStatus(status, realmName));
             }
             if (secret != null
-                    && !Handshake.verify(Handshake.proof(secret, 's', clientNonce, serverNonce, address, realm), welcome)) {
+                    && !Handshake.verify(Handshake.proof(secret, 's', clientNonce, serverNonce, address, realm),
+                            welcome)) {
                 String at = " for the address this node dialled (" + dialled + ")";
-                throw new HandshakeRefused(realmName == null ? "the peer could not prove it holds the shared secret" + at
-                        : "the peer could not prove it holds the secret of realm " + Realms.printable(realmName) + at);
+                throw new HandshakeRefused((realmName == null ? "the peer could not prove it holds the shared secret"
+                        : "the peer could not prove it holds the secret of realm " + Realms.printable(realmName)) + at);
             }
             for (SelectionKey k : sel.keys()) {
                 k.cancel();

@@ -18,7 +18,7 @@ final class Wire {
      */
     static final short VERSION_WITHOUT_REALM = 2;
 
-    static final int HELLO_BYTES = 24;      // magic u32, version u16, flags u16, client nonce [16]; then the realm, address
+    static final int HELLO_BYTES = 24;      // magic u32, version u16, flags u16, client nonce [16]; realm, address
     static final int CHALLENGE_BYTES = 24;  // magic u32, version u16, status u16, server nonce [16]
     static final int AUTH_BYTES = 32;       // client proof [32]
     static final int WELCOME_BYTES = 36;    // status u32, server proof [32]

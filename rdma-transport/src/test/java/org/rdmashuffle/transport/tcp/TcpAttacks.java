@@ -50,7 +50,7 @@ final class TcpAttacks {
         }
     }
 
-    /** A HELLO on {@code s}; with {@code auth}, it names the address {@code s} dialled, as a client with a secret's does. */
+    /** A HELLO on {@code s}; with {@code auth}, naming the address {@code s} dialled (as clients with a secret do). */
     static byte[] hello(Socket s, boolean auth, byte[] clientNonce) {
         byte[] address = auth ? dialled(s) : new byte[0];
         return ByteBuffer.allocate(Wire.HELLO_BYTES + address.length).putInt(Wire.MAGIC).putShort(Wire.VERSION)

@@ -52,7 +52,8 @@ class TcpRealmShareTest {
 
     private static int read(RdmaChannel ch, RegionDescriptor d, MemoryRegion sink) throws Exception {
         CompletableFuture<Integer> done = new CompletableFuture<>();
-        ch.post(new ReadBatch(1).add(d.address(), d.rkey(), 4096, sink, 0, 1), (id, status, len) -> done.complete(status));
+        ch.post(new ReadBatch(1).add(d.address(), d.rkey(), 4096, sink, 0, 1),
+                (id, status, len) -> done.complete(status));
         return done.get(20, TimeUnit.SECONDS);
     }
 
@@ -67,8 +68,10 @@ class TcpRealmShareTest {
              TcpNode a2 = new TcpNode(conf(), NodeOptions.loopback().withRealm(A, SECRET_A));
              TcpNode a3 = new TcpNode(conf(), NodeOptions.loopback().withRealm(A, SECRET_A));
              TcpNode b1 = new TcpNode(conf(), NodeOptions.loopback().withRealm(B, SECRET_B))) {
-            RegionDescriptor ofA = server.register(TcpAttacks.content(1, 4096), RegionAccess.REMOTE_READ, A).descriptor();
-            RegionDescriptor ofB = server.register(TcpAttacks.content(2, 4096), RegionAccess.REMOTE_READ, B).descriptor();
+            RegionDescriptor ofA = server.register(TcpAttacks.content(1, 4096), RegionAccess.REMOTE_READ, A)
+                    .descriptor();
+            RegionDescriptor ofB = server.register(TcpAttacks.content(2, 4096), RegionAccess.REMOTE_READ, B)
+                    .descriptor();
             assertEquals(ReadStatus.SUCCESS, read(a1.connect(server.localAddress()), ofA,
                     a1.register(ByteBuffer.allocateDirect(4096), RegionAccess.READ_SINK)));
             assertEquals(ReadStatus.SUCCESS, read(a2.connect(server.localAddress()), ofA,

@@ -347,8 +347,8 @@ class TcpRealmTest {
 
             secrets.remove(A); // the job finished
             TransportException e = refusedConnect(clientOf(A, SECRET_A), server);
-            assertTrue(e.getMessage().contains("authentication failed for realm " + A + ": unknown job or wrong secret"),
-                    e.getMessage());
+            assertTrue(e.getMessage().contains("authentication failed for realm " + A
+                    + ": unknown job or wrong secret"), e.getMessage());
             // A connection authenticated before stays (its regions go when the job's owner closes them).
             readAndCheck(authenticated, a, content, 4096, 4096, sink, sinkMemory);
 
@@ -510,7 +510,7 @@ class TcpRealmTest {
         return new int[] {Wire.HS_OK, welcomeStatus};
     }
 
-    /** A version-4 handshake naming the realm of {@code realmField} with {@code secret}'s proof: the WELCOME's bytes. */
+    /** A version-4 handshake naming {@code realmField}'s realm with {@code secret}'s proof: the WELCOME's bytes. */
     private static byte[] realmWelcome(Socket s, byte[] realmField, byte[] secret) throws IOException {
         byte[] clientNonce = Handshake.nonce();
         byte[] address = TcpAttacks.dialled(s);

@@ -57,7 +57,8 @@ class TcpRelayTest {
     }
 
     private static RdmaShuffleConf conf() {
-        return new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp", "spark.shuffle.rdma.connectRetries", "0"));
+        return new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+                "spark.shuffle.rdma.connectRetries", "0"));
     }
 
     private static void assumeLoopbackAliases() {
@@ -129,7 +130,8 @@ class TcpRelayTest {
 
     private static int read(RdmaChannel ch, RegionDescriptor d, int length, MemoryRegion sink) throws Exception {
         CompletableFuture<Integer> done = new CompletableFuture<>();
-        ch.post(new ReadBatch(1).add(d.address(), d.rkey(), length, sink, 0, 1), (id, status, len) -> done.complete(status));
+        ch.post(new ReadBatch(1).add(d.address(), d.rkey(), length, sink, 0, 1),
+                (id, status, len) -> done.complete(status));
         return done.get(20, TimeUnit.SECONDS);
     }
 
@@ -178,7 +180,8 @@ class TcpRelayTest {
     @Timeout(60)
     void shouldRefuseARelayedHandshakeWhenTheNodeKeepsOneSecretForTheApplication() throws Exception {
         assumeLoopbackAliases();
-        String[] r = relayedRefusal(NodeOptions.loopback().withSecret(SECRET), NodeOptions.loopback().withSecret(SECRET));
+        String[] r = relayedRefusal(NodeOptions.loopback().withSecret(SECRET),
+                NodeOptions.loopback().withSecret(SECRET));
         assertTrue(r[0].contains("reached the peer at another address than the one dialled"), r[0]);
         assertTrue(r[1].contains("it dialled /127.0.0.2:" + r[2] + " and reached /127.0.0.1:" + r[3]), r[1]);
     }
@@ -196,7 +199,8 @@ class TcpRelayTest {
                 realm -> JOB.equals(realm) ? SECRET : null));
              TcpNode client = new TcpNode(conf(), NodeOptions.loopback().withRealm(JOB, SECRET));
              ServerSocket relay = new ServerSocket(0, 50, OTHER_HOST)) {
-            RegionDescriptor d = server.register(TcpAttacks.content(2, 4096), RegionAccess.REMOTE_READ, JOB).descriptor();
+            RegionDescriptor d = server.register(TcpAttacks.content(2, 4096), RegionAccess.REMOTE_READ, JOB)
+                    .descriptor();
             InetSocketAddress nodeAddress = new InetSocketAddress("127.0.0.1", server.localAddress().port());
             CompletableFuture<TransportException> clientSaw = CompletableFuture.supplyAsync(() -> assertThrows(
                     TransportException.class, () -> client.connect(new NodeAddress(OTHER_HOST.getHostAddress(),

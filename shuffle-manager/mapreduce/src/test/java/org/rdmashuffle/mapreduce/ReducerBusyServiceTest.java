@@ -74,7 +74,8 @@ class ReducerBusyServiceTest {
 
                 IOException busy = assertThrows(IOException.class, () -> echo(reducer, service, "r1"));
                 assertInstanceOf(PeerBusyException.class, busy, "busy keeps its type through the adapter");
-                assertTrue(busy.getMessage().contains("mapreduce.shuffle.rdma.maxConnectionsPerRealm"), busy.getMessage());
+                assertTrue(busy.getMessage().contains("mapreduce.shuffle.rdma.maxConnectionsPerRealm"),
+                        busy.getMessage());
                 assertTrue(reducer.cannotAsk(host, service, busy), "busy is worth another try");
                 assertNull(reducer.httpReason(host), "a busy service is not given up on");
                 assertEquals(0, reducer.hostsViaHttp());
