@@ -48,6 +48,42 @@ class MapReduceKeyNamesTest {
     }
 
     @Test
+    @Timeout(60)
+    void shouldNameThePortKeyWhenTwoNodeManagersOfOneProcessLoadTheServiceInClassLoadersOfTheirOwn() throws Exception {
+        // As YARN loads it with yarn.nodemanager.aux-services.mapreduce_shuffle.classpath: our classes from the
+        // given class path first, in a loader per NodeManager; Hadoop's (ShuffleHandler too) from the NodeManager's.
+        StringBuilder classPath = new StringBuilder();
+        for (Class<?> c : new Class<?>[] {RdmaShuffleHandler.class, org.rdmashuffle.conf.RdmaShuffleConf.class,
+            org.rdmashuffle.transport.NodeAddress.class, org.rdmashuffle.shuffle.core.serve.MapOutputServer.class,
+            org.rdmashuffle.pool.BufferPool.class}) {
+            classPath.append(java.io.File.pathSeparator)
+                    .append(new java.io.File(c.getProtectionDomain().getCodeSource().getLocation().toURI()));
+        }
+        Configuration c = ServiceFixture.nodeManagerConf(dir, ServiceFixture.freePort());
+        org.apache.hadoop.service.Service first = ownClassLoader(classPath.substring(1));
+        org.apache.hadoop.service.Service second = ownClassLoader(classPath.substring(1));
+        try {
+            first.init(c);
+            first.start();
+            second.init(new Configuration(c));
+            String all = messages(assertThrows(Exception.class, second::start));
+            assertTrue(all.contains(MapReduceRdmaConf.PORT + "=" + c.get(MapReduceRdmaConf.PORT) + " is taken"), all);
+            assertTrue(all.contains("class loader of its own") && all.contains("one NodeManager per host")
+                    && all.contains("NodeManager's class path"), all);
+            assertFalse(all.contains("spark.shuffle.rdma"), all);
+        } finally {
+            second.stop();
+            first.stop();
+        }
+    }
+
+    /** The service as YARN loads it with a class path of its own (with one loader they would share the node). */
+    private static org.apache.hadoop.service.Service ownClassLoader(String classPath) throws Exception {
+        return org.apache.hadoop.yarn.server.nodemanager.containermanager.AuxiliaryServiceWithCustomClassLoader
+                .getInstance(new Configuration(false), RdmaShuffleHandler.class.getName(), classPath, null);
+    }
+
+    @Test
     @Timeout(30)
     void shouldNameTheMapReduceLimitKeysWhenAReducerIsRefusedAsBusy() throws Exception {
         Configuration c = ServiceFixture.nodeManagerConf(dir, ServiceFixture.freePort());
