@@ -77,10 +77,16 @@ class MapReduceKeyNamesTest {
         }
     }
 
-    /** The service as YARN loads it with a class path of its own (with one loader they would share the node). */
+    /**
+     * The service as YARN loads it with a class path of its own: in Hadoop's {@code ApplicationClassLoader} (ours
+     * first, Hadoop's classes from the parent). With one loader for both they would share the port's node.
+     */
     private static org.apache.hadoop.service.Service ownClassLoader(String classPath) throws Exception {
-        return org.apache.hadoop.yarn.server.nodemanager.containermanager.AuxiliaryServiceWithCustomClassLoader
-                .getInstance(new Configuration(false), RdmaShuffleHandler.class.getName(), classPath, null);
+        ClassLoader loader = new org.apache.hadoop.util.ApplicationClassLoader(classPath,
+                MapReduceKeyNamesTest.class.getClassLoader(), null);
+        Class<?> service = Class.forName(RdmaShuffleHandler.class.getName(), true, loader);
+        assertFalse(service == RdmaShuffleHandler.class, "loaded again, not from the test's loader");
+        return (org.apache.hadoop.service.Service) service.getConstructor().newInstance();
     }
 
     @Test
