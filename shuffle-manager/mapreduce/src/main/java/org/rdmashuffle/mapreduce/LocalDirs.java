@@ -13,7 +13,7 @@ import org.apache.hadoop.yarn.server.api.AuxiliaryLocalPathHandler;
 
 /**
  * Where one NodeManager keeps what its containers wrote: {@code <local-dir>/usercache/<user>/appcache/<appId>/},
- * map outputs under {@code output/<attemptId>/file.out(.index)}, and each container's {@code container_tokens}.
+ * map outputs under {@code output/<attemptId>/file.out(.index)}.
  * Asks the NodeManager's {@link AuxiliaryLocalPathHandler} (which knows the good disks) when it has one, else
  * the directories of {@code yarn.nodemanager.local-dirs}.
  *

@@ -35,7 +35,7 @@ import org.slf4j.LoggerFactory;
  * events on the NodeManager's dispatcher (never waiting for a job's lock, nor deregistering a stopped job's
  * outputs: its own thread does, {@link #dropJob}); REGISTER on the node's transport
  * thread (it reads index files: the service's only disk reads there); secret lookups on that thread answer from
- * memory, and the maintenance thread reads the credentials files.
+ * memory (the job tokens YARN handed the service).
  */
 final class ShuffleServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleServer.class);
@@ -61,7 +61,7 @@ final class ShuffleServer implements AutoCloseable {
             throws IOException {
         this.port = port;
         this.jobConf = new JobConf(conf);
-        this.jobs = new ServedJobs(conf);
+        this.jobs = new ServedJobs();
         this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf), jobConf);
         NodeOptions options = new NodeOptions(bindHost, advertisedHost, ControlHandler.NONE, null)
                 .withSecrets(jobs::secretOf);
@@ -79,17 +79,6 @@ final class ShuffleServer implements AutoCloseable {
                 LOG.warn("rdma-shuffle: deregistering a stopped job's outputs failed: {}", e.toString(), e);
             }
         });
-        server.scheduleMaintenance(this::captureSecrets, CAPTURE_EVERY_MS);
-    }
-
-    private static final long CAPTURE_EVERY_MS = 500;
-
-    private void captureSecrets() {
-        try {
-            jobs.captureSecrets();
-        } catch (RuntimeException | Error e) { // a task that throws is never run again: it must not stop capturing
-            LOG.warn("rdma-shuffle: looking for jobs' credentials failed: {}", e.toString());
-        }
     }
 
     /** The port's server, started for the first NodeManager of this process that asks. */

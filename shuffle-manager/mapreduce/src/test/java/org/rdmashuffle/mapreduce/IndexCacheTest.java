@@ -33,8 +33,8 @@ class IndexCacheTest {
     private ServedJobs.Job job(int appNumber) {
         Configuration c = new Configuration(false);
         c.set(MapReduceRdmaConf.NM_LOCAL_DIRS, dir.toString());
-        return new ServedJobs(c).learn(ApplicationId.newInstance(1_700_000_000_000L, appNumber), USER,
-                new LocalDirs(null, c), false);
+        return new ServedJobs().learn(ApplicationId.newInstance(1_700_000_000_000L, appNumber), USER,
+                new LocalDirs(null, c), "secret".getBytes());
     }
 
     private Path outputDir(ServedJobs.Job job, TaskAttemptID attempt) {
