@@ -589,6 +589,24 @@ class TcpResponderLimitsTest {
 
     @Test
     @Timeout(60)
+    void shouldCloseAConnectionWhoseControlReplyTheHandlerNeverGivesAtTheIdleTimeout() throws Exception {
+        RdmaShuffleConf conf = conf("idleTimeout", "1s");
+        BlockingQueue<CompletableFuture<ByteBuffer>> later = new LinkedBlockingQueue<>();
+        try (TcpNode server = new TcpNode(conf, NodeOptions.loopback().withControlHandler(answeringLater(later)));
+             TcpNode client = new TcpNode(conf(), NodeOptions.loopback())) {
+            CompletableFuture<ByteBuffer> never = client.connect(server.localAddress())
+                    .call(StandardCharsets.UTF_8.encode("later"));
+            assertTrue(later.poll(30, TimeUnit.SECONDS) != null, "the handler was not asked");
+            ExecutionException e = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
+                    () -> never.get(30, TimeUnit.SECONDS));
+            assertTrue(e.getCause() instanceof TransportException, String.valueOf(e.getCause()));
+            await(() -> server.servedConnections() == 0, 10, "the connection is gone");
+            assertEquals(1, server.connectionsClosedByLimit());
+        }
+    }
+
+    @Test
+    @Timeout(60)
     void shouldSendALaterReplyPastTheInlineSizeWholeAndOnePastTheControlLimitAsHandlerFailed() throws Exception {
         RdmaShuffleConf conf = conf("maxControlMessageSize", "16k");
         BlockingQueue<CompletableFuture<ByteBuffer>> later = new LinkedBlockingQueue<>();
