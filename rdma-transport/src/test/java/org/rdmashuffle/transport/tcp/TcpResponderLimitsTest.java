@@ -553,6 +553,10 @@ class TcpResponderLimitsTest {
         RdmaShuffleConf conf = conf();
         ByteBuffer content = randomDirect(9, REGION_BYTES);
         BlockingQueue<CompletableFuture<ByteBuffer>> later = new LinkedBlockingQueue<>();
+        // What the nodes log meanwhile (slf4j-simple writes to System.err as it is when a line is logged).
+        java.io.PrintStream err = System.err;
+        java.io.ByteArrayOutputStream logged = new java.io.ByteArrayOutputStream();
+        System.setErr(new java.io.PrintStream(logged, true, StandardCharsets.UTF_8));
         TcpNode server = new TcpNode(conf, NodeOptions.loopback().withControlHandler(answeringLater(later)));
         try (TcpNode waiting = new TcpNode(conf, NodeOptions.loopback())) {
             MemoryRegion a = server.register(content, RegionAccess.REMOTE_READ);
@@ -584,7 +588,11 @@ class TcpResponderLimitsTest {
             assertTrue(late.complete(StandardCharsets.UTF_8.encode("too late")));
         } finally {
             server.close();
+            System.setErr(err);
+            err.print(logged.toString(StandardCharsets.UTF_8));
         }
+        String lines = logged.toString(StandardCharsets.UTF_8);
+        assertTrue(!lines.contains("] WARN ") && !lines.contains("] ERROR "), "a dropped reply was logged: " + lines);
     }
 
     @Test
