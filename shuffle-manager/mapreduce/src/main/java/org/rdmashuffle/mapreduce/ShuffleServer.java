@@ -5,6 +5,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapred.IndexRecord;
@@ -33,9 +34,12 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Threads: {@link #acquire}/{@link #release} on NodeManager service threads; container and application
  * events on the NodeManager's dispatcher (never waiting for a job's lock, nor deregistering a stopped job's
- * outputs: its own thread does, {@link #dropJob}); REGISTER on the node's transport
- * thread (it reads index files: the service's only disk reads there); secret lookups on that thread answer from
- * memory (the job tokens YARN handed the service).
+ * outputs: its own thread does, {@link #dropJob}); REGISTER on the register workers ({@value #REGISTER_THREADS}
+ * threads, at most {@value #REGISTER_QUEUE} waiting; past that a reducer is answered {@link RegisterProtocol#BUSY}
+ * and fetches that batch over HTTP this time), never on the node's transport thread: a REGISTER reads index files,
+ * and a slow disk must not delay the READs of every job; its connection waits for the reply meanwhile, every other
+ * is served. Secret lookups on the transport thread answer from memory
+ * (the job tokens YARN handed the service).
  */
 final class ShuffleServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleServer.class);
@@ -56,6 +60,16 @@ final class ShuffleServer implements AutoCloseable {
     /** Runs work on {@link #deregistrations}, a failure of it logged once (WARN) rather than left to the thread. */
     private final java.util.concurrent.Executor jobStops;
     private int holders;
+    /** REGISTERs running at once at most. */
+    static final int REGISTER_THREADS = 2;
+    /** REGISTERs waiting for a register worker at most; one more is answered {@link RegisterProtocol#BUSY}. */
+    static final int REGISTER_QUEUE = 64;
+    /**
+     * Runs REGISTERs (index reads, mapping data files) off the node's transport thread. Started before the node (a
+     * REGISTER may come as soon as it listens); stops taking REGISTERs before the node closes and is gone after.
+     */
+    private final java.util.concurrent.ThreadPoolExecutor registers;
+    private final java.util.concurrent.atomic.AtomicLong busyReplies = new java.util.concurrent.atomic.AtomicLong();
 
     private ShuffleServer(int port, Configuration conf, RdmaShuffleConf rdma, String bindHost, String advertisedHost)
             throws IOException {
@@ -65,8 +79,14 @@ final class ShuffleServer implements AutoCloseable {
         this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf), jobConf);
         NodeOptions options = new NodeOptions(bindHost, advertisedHost, ControlHandler.NONE, null)
                 .withSecrets(jobs::secretOf);
-        this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoPeerDirectory(),
-                "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf);
+        this.registers = registerWorkers(port);
+        try {
+            this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoPeerDirectory(),
+                    "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf);
+        } catch (IOException | RuntimeException | Error e) {
+            registers.shutdownNow();
+            throw e;
+        }
         this.deregistrations = java.util.concurrent.Executors.newSingleThreadExecutor(r -> {
             Thread t = new Thread(r, "rdma-shuffle-job-stop-" + port);
             t.setDaemon(true);
@@ -148,6 +168,17 @@ final class ShuffleServer implements AutoCloseable {
         server.unregisterShuffle(job.shuffleId, jobStops);
     }
 
+    private static java.util.concurrent.ThreadPoolExecutor registerWorkers(int port) {
+        java.util.concurrent.atomic.AtomicInteger n = new java.util.concurrent.atomic.AtomicInteger();
+        return new java.util.concurrent.ThreadPoolExecutor(REGISTER_THREADS, REGISTER_THREADS, 0,
+                java.util.concurrent.TimeUnit.MILLISECONDS, new java.util.concurrent.ArrayBlockingQueue<>(REGISTER_QUEUE),
+                r -> {
+                    Thread t = new Thread(r, "rdma-shuffle-register-" + port + "-" + n.incrementAndGet());
+                    t.setDaemon(true);
+                    return t;
+                }, new java.util.concurrent.ThreadPoolExecutor.AbortPolicy());
+    }
+
     private ControlHandler registerHandler() {
         return new ControlHandler() {
             @Override
@@ -159,7 +190,68 @@ final class ShuffleServer implements AutoCloseable {
             public ByteBuffer onMessage(String realm, ByteBuffer request) {
                 return register(realm, request);
             }
+
+            @Override
+            public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
+                if (realm == null) {
+                    return ControlHandler.super.onMessageAsync(null, request);
+                }
+                return registerLater(realm, request);
+            }
         };
+    }
+
+    /**
+     * A REGISTER's reply from a register worker (on the node's transport thread: only this hand-over), or at once
+     * {@link RegisterProtocol#BUSY} when every worker is taken and {@value #REGISTER_QUEUE} wait already.
+     */
+    private CompletableFuture<ByteBuffer> registerLater(String realm, ByteBuffer request) {
+        RegisterTask task = new RegisterTask(realm, request);
+        try {
+            registers.execute(task);
+        } catch (java.util.concurrent.RejectedExecutionException full) {
+            long n = busyReplies.incrementAndGet();
+            if (n == 1 || n % 1000 == 0) { // counted, not logged per refusal
+                LOG.warn("rdma-shuffle: {} REGISTER(s) answered busy so far: {} are waiting for the {} register "
+                        + "workers (a slow disk?); their reducers fetch those maps over HTTP this time", n,
+                        REGISTER_QUEUE, REGISTER_THREADS);
+            }
+            task.reply.complete(RegisterProtocol.encodeRefusal(RegisterProtocol.BUSY, registers.isShutdown()
+                    ? "the service is stopping" : REGISTER_QUEUE + " REGISTERs are waiting already"));
+        }
+        return task.reply;
+    }
+
+    /** One REGISTER for a register worker; its request buffer stays valid until its reply completes. */
+    private final class RegisterTask implements Runnable {
+        final String realm;
+        final ByteBuffer request;
+        final CompletableFuture<ByteBuffer> reply = new CompletableFuture<>();
+
+        RegisterTask(String realm, ByteBuffer request) {
+            this.realm = realm;
+            this.request = request;
+        }
+
+        @Override
+        public void run() {
+            try {
+                reply.complete(register(realm, request));
+            } catch (Throwable t) { // the reducer hears HANDLER_FAILED; the worker goes on
+                LOG.warn("rdma-shuffle: a REGISTER of job {} failed: {}", realm, t.toString(), t);
+                reply.completeExceptionally(t);
+            }
+        }
+    }
+
+    /** REGISTERs answered {@link RegisterProtocol#BUSY} since the server started. */
+    long busyReplies() {
+        return busyReplies.get();
+    }
+
+    /** The register workers (tests fill them to see what a REGISTER gets meanwhile). */
+    java.util.concurrent.Executor registerWorkers() {
+        return registers;
     }
 
     /** Answers a REGISTER from a connection authenticated for {@code realm}. */
@@ -304,15 +396,35 @@ final class ShuffleServer implements AutoCloseable {
     }
 
     /**
-     * Stops taking job stops (one from now on is deregistered on its caller), then closes the server: it closes
-     * every output table — a stopped job's too, whose deregistration the worker has under way (waited for) or
-     * queued — before its node, so no region is deregistered after the node closed. What the worker still has
-     * queued finds its table closed and is dropped.
+     * Stops taking REGISTERs (one from now on is answered busy; those still waiting for a worker are answered so
+     * too) and waits for the running ones (at most 10 s: they publish into the tables), stops taking job stops
+     * (one from now on is deregistered on its caller), then closes the server: it closes every output table — a
+     * stopped job's too, whose deregistration the worker has under way (waited for) or queued — before its node,
+     * so no region is deregistered after the node closed. What the worker still has queued finds its table closed
+     * and is dropped. The register workers' threads go last.
      */
     @Override
     public void close() {
+        registers.shutdown();
+        java.util.List<Runnable> waiting = new java.util.ArrayList<>();
+        registers.getQueue().drainTo(waiting);
+        for (Runnable r : waiting) {
+            ((RegisterTask) r).reply.complete(RegisterProtocol.encodeRefusal(RegisterProtocol.BUSY,
+                    "the service is stopping"));
+        }
+        try {
+            if (!registers.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS)) {
+                LOG.warn("rdma-shuffle: REGISTERs still running after 10 s as the service on port {} stops", port);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
         deregistrations.shutdown();
-        server.close();
-        deregistrations.shutdownNow();
+        try {
+            server.close();
+        } finally {
+            deregistrations.shutdownNow();
+            registers.shutdownNow();
+        }
     }
 }

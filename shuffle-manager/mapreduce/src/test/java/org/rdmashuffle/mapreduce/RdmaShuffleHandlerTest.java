@@ -540,6 +540,147 @@ class RdmaShuffleHandlerTest {
         assertEquals(null, service.server().jobs().job(job.toString()));
     }
 
+    /** Waits until a thread is blocked in {@link ShuffleServer#register} (on its job's lock): a REGISTER under way. */
+    private static void awaitRegisterBlocked() throws InterruptedException {
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        while (System.nanoTime() < deadline) {
+            for (var e : Thread.getAllStackTraces().entrySet()) {
+                if (e.getKey().getState() == Thread.State.BLOCKED && java.util.Arrays.stream(e.getValue()).anyMatch(
+                        f -> f.getClassName().equals(ShuffleServer.class.getName())
+                                && f.getMethodName().equals("register"))) {
+                    return;
+                }
+            }
+            Thread.sleep(20);
+        }
+        throw new AssertionError("no REGISTER reached its job's lock within 30 s");
+    }
+
+    @Test
+    @org.junit.jupiter.api.Timeout(180)
+    void shouldServeAnotherJobsReadWhileARegisterWaitsOnItsJobsSlowDisk() throws Exception {
+        byte[] slowSecret = "slow-disk-job".getBytes();
+        byte[] otherSecret = "other-job".getBytes();
+        Path nm1 = dir.resolve("nm1");
+        JobID slow = initJob(service, 15, slowSecret);
+        JobID other = initJob(service, 16, otherSecret);
+        writeMapOutput(nm1, slow, 0, 0, 16);
+        byte[][] parts = writeMapOutput(nm1, other, 0, 0, 17);
+        try (ReducerClient slowReducer = reducer(slow, slowSecret);
+             ReducerClient otherReducer = reducer(other, otherSecret)) {
+            RegisterProtocol.Reply registered = register(otherReducer, service(otherReducer), 2, new MapAttempt(0, 0));
+            assertEquals(RegisterProtocol.OK, registered.status());
+            ServedJobs.Job held = service.server().jobs().job(slow.toString());
+            java.util.concurrent.CountDownLatch holding = new java.util.concurrent.CountDownLatch(1);
+            java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+            Thread disk = new Thread(() -> {
+                synchronized (held) { // as a REGISTER of the job reading a slow disk holds it
+                    holding.countDown();
+                    try {
+                        release.await();
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+            });
+            disk.start();
+            java.util.concurrent.CompletableFuture<RegisterProtocol.Reply> waiting;
+            try {
+                holding.await();
+                waiting = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+                    try {
+                        return register(slowReducer, service(slowReducer), 1, new MapAttempt(0, 0));
+                    } catch (Exception e) {
+                        throw new java.util.concurrent.CompletionException(e);
+                    }
+                });
+                awaitRegisterBlocked();
+                java.util.concurrent.CompletableFuture<byte[]> read = java.util.concurrent.CompletableFuture.supplyAsync(
+                        () -> {
+                            try {
+                                return read(otherReducer, service(otherReducer), registered.table(), 0, 0, 2);
+                            } catch (Exception e) {
+                                throw new java.util.concurrent.CompletionException(e);
+                            }
+                        });
+                byte[] got;
+                try {
+                    got = read.get(60, java.util.concurrent.TimeUnit.SECONDS);
+                } catch (java.util.concurrent.TimeoutException e) {
+                    throw new AssertionError("another job's READ waited for a REGISTER held on its job's disk", e);
+                }
+                assertArrayEquals(parts[2], got);
+                assertFalse(waiting.isDone(), "the held REGISTER was answered before its job's disk let it go");
+            } finally {
+                release.countDown();
+                disk.join();
+            }
+            RegisterProtocol.Reply late = waiting.get(60, java.util.concurrent.TimeUnit.SECONDS);
+            assertEquals(RegisterProtocol.OK, late.status());
+            assertEquals(RegisterProtocol.PUBLISHED, late.maps()[0].state());
+        }
+    }
+
+    @Test
+    @org.junit.jupiter.api.Timeout(120)
+    void shouldAnswerBusyWhenEveryRegisterWorkerIsTakenAndSendOnlyThatBatchOverHttpThisTurn() throws Exception {
+        byte[] secret = "busy-workers".getBytes();
+        JobID job = initJob(service, 17, secret);
+        writeMapOutput(dir.resolve("nm1"), job, 0, 0, 18);
+        java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        java.util.concurrent.Executor workers = service.server().registerWorkers();
+        int taken = 0;
+        try {
+            try {
+                for (; taken < 10_000; taken++) {
+                    workers.execute(() -> {
+                        try {
+                            release.await();
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                        }
+                    });
+                }
+            } catch (java.util.concurrent.RejectedExecutionException full) {
+                // every worker runs one and the queue is full
+            }
+            assertEquals(ShuffleServer.REGISTER_THREADS + ShuffleServer.REGISTER_QUEUE, taken);
+            try (ReducerClient client = reducer(job, secret)) {
+                NodeAddress at = service(client);
+                RegisterProtocol.Reply busy = register(client, at, 0, new MapAttempt(0, 0));
+                assertEquals(RegisterProtocol.BUSY, busy.status(), busy.reason());
+                assertEquals(1, service.server().busyReplies());
+
+                // The reducer: this batch goes over HTTP this turn, the rest is asked for, the host is not HTTP's for good.
+                RdmaFetcher<Object, Object> fetcher = new RdmaFetcher<>(null, 0, client, null);
+                org.apache.hadoop.mapreduce.task.reduce.MapHost host = new org.apache.hadoop.mapreduce.task.reduce.MapHost(
+                        "127.0.0.1:13562", "http://127.0.0.1:13562/mapOutput?job=" + job + "&reduce=0&map=");
+                java.util.List<TaskAttemptID> batch = java.util.List.of(
+                        new TaskAttemptID(new TaskID(job, TaskType.MAP, 0), 0));
+                TaskAttemptID next = new TaskAttemptID(new TaskID(job, TaskType.MAP, 1), 0);
+                java.util.Deque<TaskAttemptID> left = new java.util.ArrayDeque<>(java.util.List.of(next));
+                java.util.List<TaskAttemptID> viaHttp = new java.util.ArrayList<>();
+                assertTrue(fetcher.refused(host, at, busy, batch, left, viaHttp));
+                assertEquals(batch, viaHttp);
+                assertEquals(java.util.List.of(next), new java.util.ArrayList<>(left));
+                assertEquals(null, client.httpReason(host), "a busy service sent the host to HTTP for good");
+
+                release.countDown(); // the workers are free again: the next turn's REGISTER is answered
+                assertEquals(RegisterProtocol.OK, register(client, at, 0, new MapAttempt(0, 0)).status());
+
+                // Any other refusal still sends the host to HTTP for good.
+                RegisterProtocol.Reply unknown = RegisterProtocol.parseReply(RegisterProtocol.encodeRefusal(
+                        RegisterProtocol.UNKNOWN_JOB, "not here"), 1);
+                java.util.List<TaskAttemptID> allViaHttp = new java.util.ArrayList<>();
+                assertFalse(fetcher.refused(host, at, unknown, batch, left, allViaHttp));
+                assertEquals(java.util.List.of(batch.get(0), next), allViaHttp);
+                assertNotNull(client.httpReason(host));
+            }
+        } finally {
+            release.countDown();
+        }
+    }
+
     private static Path outputDir(Path localDir, JobID job, int map, int attempt) {
         ApplicationId app = ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId());
         TaskAttemptID id = new TaskAttemptID(new TaskID(job, TaskType.MAP, map), attempt);
