@@ -56,6 +56,29 @@ final class ShuffleServer implements AutoCloseable {
     /** Runs work on {@link #deregistrations}, a failure of it logged once (WARN) rather than left to the thread. */
     private final java.util.concurrent.Executor jobStops;
     private int holders;
+    /** What happens between the steps of registering an output's files (tests plant links there). */
+    private volatile FileSteps fileSteps = FileSteps.NONE;
+
+    /**
+     * A test seam: called between the steps of registering a map output's files, on the thread registering it.
+     */
+    interface FileSteps {
+        FileSteps NONE = new FileSteps() {
+        };
+
+        /** The attempt's files were found; none of them is opened yet. */
+        default void located(File index, File data) {
+        }
+
+        /** The index was read; the data is not registered yet. */
+        default void indexRead(File index, File data) {
+        }
+    }
+
+    /** Tests: what runs between the steps of registering an output's files. */
+    void fileSteps(FileSteps steps) {
+        this.fileSteps = steps;
+    }
 
     private ShuffleServer(int port, Configuration conf, RdmaShuffleConf rdma, String bindHost, String advertisedHost)
             throws IOException {
@@ -251,6 +274,7 @@ final class ShuffleServer implements AutoCloseable {
                         attempt);
                 return MapState.GONE;
             }
+            fileSteps.located(index, data);
             if (indexBytes != (long) r.numReduces() * INDEX_RECORD_BYTES + INDEX_CHECKSUM_BYTES) {
                 LOG.warn("rdma-shuffle: index {} ({} bytes) is not one of {} partitions: that output goes over HTTP",
                         index, indexBytes, r.numReduces());
@@ -263,6 +287,7 @@ final class ShuffleServer implements AutoCloseable {
                 LOG.warn("rdma-shuffle: cannot read the index of {}: {}", attempt, e.toString());
                 return MapState.GONE;
             }
+            fileSteps.indexRead(index, data);
             long[] offsets = offsets(spill, r.numReduces(), dataBytes);
             if (offsets == null) {
                 LOG.warn("rdma-shuffle: index {} ({} partitions) does not describe {} ({} bytes) of a job of {}"

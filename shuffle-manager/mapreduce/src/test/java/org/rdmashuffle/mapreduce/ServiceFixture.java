@@ -1,0 +1,143 @@
+package org.rdmashuffle.mapreduce;
+
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.SplittableRandom;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.mapred.IndexRecord;
+import org.apache.hadoop.mapred.JobConf;
+import org.apache.hadoop.mapred.SpillRecord;
+import org.apache.hadoop.mapreduce.JobID;
+import org.apache.hadoop.mapreduce.TaskAttemptID;
+import org.apache.hadoop.mapreduce.TaskID;
+import org.apache.hadoop.mapreduce.TaskType;
+import org.apache.hadoop.mapreduce.security.TokenCache;
+import org.apache.hadoop.security.Credentials;
+import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.ContainerId;
+import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.server.api.ApplicationTerminationContext;
+import org.apache.hadoop.yarn.server.api.ContainerInitializationContext;
+import org.rdmashuffle.mapreduce.RegisterProtocol.MapAttempt;
+import org.rdmashuffle.transport.NodeAddress;
+
+/**
+ * One NodeManager's service over tcp on a free port, its local dir under a test's directory, and the one way these
+ * tests give it a job's secret ({@link #runJob}): the only place to change when the service learns job tokens
+ * another way.
+ */
+final class ServiceFixture implements AutoCloseable {
+    static final String USER = "alice";
+
+    final Path localDir;
+    final int port;
+    final Configuration nmConf;
+    final RdmaShuffleHandler service;
+
+    ServiceFixture(Path dir) throws Exception {
+        try (ServerSocket s = new ServerSocket(0)) {
+            port = s.getLocalPort();
+        }
+        localDir = dir.resolve("nm");
+        Files.createDirectories(localDir);
+        nmConf = new Configuration(false);
+        nmConf.set(MapReduceRdmaConf.NM_LOCAL_DIRS, localDir.toString());
+        nmConf.set(MapReduceRdmaConf.PORT, Integer.toString(port));
+        nmConf.set(MapReduceRdmaConf.PREFIX + "provider", "tcp");
+        nmConf.set(MapReduceRdmaConf.PREFIX + "bindHost", "127.0.0.1");
+        nmConf.set("yarn.nodemanager.hostname", "127.0.0.1");
+        service = new RdmaShuffleHandler();
+        service.init(nmConf);
+        service.start();
+    }
+
+    ShuffleServer server() {
+        return service.server();
+    }
+
+    NodeAddress address() {
+        return new NodeAddress("127.0.0.1", port, server().address().provider());
+    }
+
+    /** A job with a container on this NodeManager holding {@code secret}, known to the service on return. */
+    JobID runJob(int appNumber, byte[] secret) throws Exception {
+        ApplicationId app = ApplicationId.newInstance(1_700_000_000_000L, appNumber);
+        ContainerId container = ContainerId.newContainerId(ApplicationAttemptId.newInstance(app, 1), 1);
+        Path containerDir = localDir.resolve(LocalDirs.appBase(USER, app.toString())).resolve(container.toString());
+        Files.createDirectories(containerDir);
+        Credentials creds = new Credentials();
+        TokenCache.setShuffleSecretKey(secret, creds);
+        creds.writeTokenStorageFile(new org.apache.hadoop.fs.Path(containerDir.resolve("container_tokens").toString()),
+                new Configuration(false));
+        service.initializeContainer(new ContainerInitializationContext(USER, container, Resource.newInstance(512, 1)));
+        JobID job = new JobID(Long.toString(app.getClusterTimestamp()), app.getId());
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (!server().jobs().hasSecret(job.toString()) && System.nanoTime() < deadline) {
+            Thread.sleep(20);
+        }
+        assertTrue(server().jobs().hasSecret(job.toString()), "the service knows the secret of " + job);
+        return job;
+    }
+
+    /** The application stopped on this NodeManager (its outputs are deregistered, on the job-stop thread). */
+    void stopJob(JobID job) throws Exception {
+        ApplicationId app = ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId());
+        service.stopApplication(new ApplicationTerminationContext(app));
+        server().awaitDeregistrations();
+    }
+
+    /** {@code <local dir>/usercache/<user>/appcache/<app>/output/<attempt>}. */
+    Path attemptDir(JobID job, int map, int attempt) {
+        ApplicationId app = ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId());
+        TaskAttemptID id = new TaskAttemptID(new TaskID(job, TaskType.MAP, map), attempt);
+        return localDir.resolve(LocalDirs.appBase(USER, app.toString())).resolve("output").resolve(id.toString());
+    }
+
+    /** Writes a map attempt's output of partitions of the given sizes, random bytes from {@code seed}. */
+    byte[][] writeMapOutput(JobID job, int map, int attempt, long seed, int... sizes) throws IOException {
+        Path out = attemptDir(job, map, attempt);
+        Files.createDirectories(out);
+        return writeOutputFiles(out, seed, sizes);
+    }
+
+    /** {@code file.out} and {@code file.out.index} in {@code dir} (the index's raw lengths twice the parts'). */
+    static byte[][] writeOutputFiles(Path dir, long seed, int... sizes) throws IOException {
+        SplittableRandom rnd = new SplittableRandom(seed);
+        byte[][] parts = new byte[sizes.length][];
+        SpillRecord index = new SpillRecord(sizes.length);
+        long at = 0;
+        try (var data = Files.newOutputStream(dir.resolve("file.out"))) {
+            for (int p = 0; p < sizes.length; p++) {
+                parts[p] = new byte[sizes[p]];
+                rnd.nextBytes(parts[p]);
+                data.write(parts[p]);
+                index.putIndex(new IndexRecord(at, parts[p].length * 2L, parts[p].length), p);
+                at += parts[p].length;
+            }
+        }
+        index.writeToFile(new org.apache.hadoop.fs.Path(dir.resolve("file.out.index").toString()), new JobConf());
+        return parts;
+    }
+
+    ReducerClient reducer(JobID job, byte[] secret) throws IOException {
+        return new ReducerClient(MapReduceRdmaConf.from(nmConf), job.toString(), secret);
+    }
+
+    static RegisterProtocol.Reply register(ReducerClient client, NodeAddress service, int maps, int reduces,
+                                           int reduce, MapAttempt... attempts) throws Exception {
+        ByteBuffer reply = client.call(service, RegisterProtocol.encode(
+                new RegisterProtocol.Request(maps, reduces, reduce, attempts)));
+        return RegisterProtocol.parseReply(reply, attempts.length);
+    }
+
+    @Override
+    public void close() {
+        service.stop();
+    }
+}
