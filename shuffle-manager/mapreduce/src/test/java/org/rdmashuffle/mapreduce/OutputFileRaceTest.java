@@ -122,6 +122,31 @@ class OutputFileRaceTest {
     }
 
     @Test
+    void shouldAnswerMissingRatherThanAnotherIndexWhenADroppedIndexIsReadAgainThroughALink() throws Exception {
+        fx.close();
+        fx = new ServiceFixture(dir.resolve("again"), java.util.Map.of(MapReduceRdmaConf.INDEX_CACHE_MAX_BYTES,
+                "0")); // holds no index: every REGISTER after the first reads the index file again
+        JobID job = fx.runJob(4, secret);
+        byte[][] checked = fx.writeMapOutput(job, 0, 0, 7, SIZES);
+        int[] otherSizes = {SIZES[0], SIZES[1] + SIZES[2], 0, SIZES[3]}; // the same data file's length
+        ServiceFixture.writeOutputFiles(elsewhere, 8, otherSizes);
+        try (ReducerClient client = fx.reducer(job, secret)) {
+            RegisterProtocol.Reply first = ServiceFixture.register(client, fx.address(), 1, SIZES.length, REDUCE,
+                    new MapAttempt(0, 0));
+            assertEquals(RegisterProtocol.PUBLISHED, first.maps()[0].state(), first.reason());
+            assertEquals(checked[REDUCE].length, first.maps()[0].partLength());
+            swapForLink(fx.attemptDir(job, 0, 0), elsewhere);
+            RegisterProtocol.Reply again = ServiceFixture.register(client, fx.address(), 1, SIZES.length, REDUCE,
+                    new MapAttempt(0, 0));
+            assertEquals(RegisterProtocol.OK, again.status(), again.reason());
+            assertFalse(again.maps()[0].state() == RegisterProtocol.PUBLISHED
+                            && again.maps()[0].partLength() == otherSizes[REDUCE],
+                    "answered with the lengths of the index behind the planted link");
+            assertEquals(RegisterProtocol.MISSING, again.maps()[0].state());
+        }
+    }
+
+    @Test
     void shouldServeNothingWhenTheDataFileBecomesALinkBeforeItIsOpened() throws Exception {
         JobID job = fx.runJob(3, secret);
         fx.writeMapOutput(job, 0, 0, 5, SIZES);

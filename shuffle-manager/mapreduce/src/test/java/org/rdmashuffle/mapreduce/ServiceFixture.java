@@ -41,6 +41,11 @@ final class ServiceFixture implements AutoCloseable {
     final RdmaShuffleHandler service;
 
     ServiceFixture(Path dir) throws Exception {
+        this(dir, java.util.Map.of());
+    }
+
+    /** With NodeManager settings {@code settings} besides this fixture's. */
+    ServiceFixture(Path dir, java.util.Map<String, String> settings) throws Exception {
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
         }
@@ -52,6 +57,7 @@ final class ServiceFixture implements AutoCloseable {
         nmConf.set(MapReduceRdmaConf.PREFIX + "provider", "tcp");
         nmConf.set(MapReduceRdmaConf.PREFIX + "bindHost", "127.0.0.1");
         nmConf.set("yarn.nodemanager.hostname", "127.0.0.1");
+        settings.forEach(nmConf::set);
         service = new RdmaShuffleHandler();
         service.init(nmConf);
         service.start();
