@@ -266,9 +266,9 @@ final class ShuffleServer implements AutoCloseable {
             // Only plain files reached from the local dir through directories (no link, pipe or device), opened so
             // that what is checked is what is read and mapped, and an index of exactly the job's reduces: nothing
             // else is read into memory or mapped.
-            try (LocalDirs.OpenedFiles opened = LocalDirs.openPlainFiles(files.dir(), files.below(),
-                    IndexCache.INDEX, IndexCache.DATA)) {
-                return publish(job, r, m, attempt, key, files, opened.get(0), opened.get(1));
+            LocalDirs.OpenedFiles opened;
+            try {
+                opened = LocalDirs.openPlainFiles(files.dir(), files.below(), IndexCache.INDEX, IndexCache.DATA);
             } catch (LocalDirs.NoSecureOpen e) {
                 if (warnedNoSecureOpen.compareAndSet(false, true)) {
                     LOG.warn("rdma-shuffle: map outputs are served over HTTP only: {}", e.getMessage());
@@ -277,6 +277,18 @@ final class ShuffleServer implements AutoCloseable {
             } catch (IOException e) {
                 LOG.warn("rdma-shuffle: the output of {} is not served: {}", attempt, e.toString());
                 return MapState.GONE;
+            }
+            try {
+                return publish(job, r, m, attempt, key, files, opened.get(0), opened.get(1));
+            } catch (IOException e) {
+                LOG.warn("rdma-shuffle: the output of {} is not served: {}", attempt, e.toString());
+                return MapState.GONE;
+            } finally {
+                try {
+                    opened.close(); // what was mapped stays mapped
+                } catch (IOException e) {
+                    LOG.debug("rdma-shuffle: closing the files of {} failed", attempt, e);
+                }
             }
         }
         SpillRecord spill;
