@@ -227,6 +227,31 @@ public abstract class TransportContractTest {
 
     @Test
     @Timeout(60)
+    void shouldServeTheOpenedFilesBytesWhenItsPathNamesAnotherFileByThen(@TempDir Path dir) throws Exception {
+        Path file = dir.resolve("map-output.data");
+        byte[] data = new byte[1 << 20];
+        new SplittableRandom(7).nextBytes(data);
+        Files.write(file, data);
+        MemoryRegion fileRegion;
+        try (java.nio.channels.FileChannel opened = java.nio.channels.FileChannel.open(file)) {
+            Files.move(file, dir.resolve("moved.data"));
+            byte[] other = new byte[data.length];
+            new SplittableRandom(8).nextBytes(other);
+            Files.write(file, other); // the path now names another file of the same length
+            fileRegion = server.registerFile(opened, file.toString(), 4096, data.length - 4096, null);
+        }
+        closeables.add(fileRegion);
+        ByteBuffer sinkMem = ByteBuffer.allocateDirect(data.length);
+        MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK);
+        closeables.add(sink);
+        RdmaChannel ch = client.connect(server.localAddress());
+        RegionDescriptor d = fileRegion.descriptor();
+        assertEquals(ReadStatus.SUCCESS, readOne(ch, d.address(), d.rkey(), data.length - 4096, sink, 0));
+        assertSameBytes(ByteBuffer.wrap(data), 4096, sinkMem, 0, data.length - 4096, "the opened file's bytes");
+    }
+
+    @Test
+    @Timeout(60)
     void shouldCompleteEveryReadIntoPooledBuffersWhenBatchHoldsOneThousand() throws Exception {
         BufferPoolOptions po = BufferPoolOptions.from(new RdmaShuffleConf(Map.of(
                 "spark.shuffle.rdma.pool.leakDetection", "paranoid")));

@@ -7,9 +7,7 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapred.IndexRecord;
-import org.apache.hadoop.mapred.JobConf;
 import org.apache.hadoop.mapred.SpillRecord;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.TaskID;
@@ -47,7 +45,6 @@ final class ShuffleServer implements AutoCloseable {
     private static final Map<Integer, ShuffleServer> BY_PORT = new HashMap<>();
 
     private final int port;
-    private final JobConf jobConf;
     private final ServedJobs jobs;
     /** Every job's map output indexes, bounded ({@link MapReduceRdmaConf#INDEX_CACHE_MAX_BYTES}). */
     private final IndexCache indexes;
@@ -71,12 +68,38 @@ final class ShuffleServer implements AutoCloseable {
     private final java.util.concurrent.ThreadPoolExecutor registers;
     private final java.util.concurrent.atomic.AtomicLong busyReplies = new java.util.concurrent.atomic.AtomicLong();
 
+    /** What happens between the steps of registering an output's files (tests plant links there). */
+    private volatile FileSteps fileSteps = FileSteps.NONE;
+    /** Whether the WARN that this JVM cannot open map outputs safely (so serves none) was logged. */
+    private final java.util.concurrent.atomic.AtomicBoolean warnedNoSecureOpen =
+            new java.util.concurrent.atomic.AtomicBoolean();
+
+    /**
+     * A test seam: called between the steps of registering a map output's files, on the thread registering it.
+     */
+    interface FileSteps {
+        FileSteps NONE = new FileSteps() {
+        };
+
+        /** The attempt's files were found (by path); none of them is opened yet. */
+        default void located(File index, File data) {
+        }
+
+        /** The index was read; the data file is not mapped yet. */
+        default void indexRead(File index, File data) {
+        }
+    }
+
+    /** Tests: what runs between the steps of registering an output's files. */
+    void fileSteps(FileSteps steps) {
+        this.fileSteps = steps;
+    }
+
     private ShuffleServer(int port, Configuration conf, RdmaShuffleConf rdma, String bindHost, String advertisedHost)
             throws IOException {
         this.port = port;
-        this.jobConf = new JobConf(conf);
         this.jobs = new ServedJobs();
-        this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf), jobConf);
+        this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf));
         NodeOptions options = new NodeOptions(bindHost, advertisedHost, ControlHandler.NONE, null)
                 .withSecrets(jobs::secretOf);
         this.registers = registerWorkers(port);
@@ -314,58 +337,85 @@ final class ShuffleServer implements AutoCloseable {
             return MapState.HTTP;
         }
         IndexCache.Key key = new IndexCache.Key(job.shuffleId, m.mapIndex(), m.attempt());
+        TaskAttemptID attempt = new TaskAttemptID(new TaskID(job.jobId, TaskType.MAP, m.mapIndex()), m.attempt());
         if (reg == null || reg.attempt() != m.attempt()) {
-            TaskAttemptID attempt = new TaskAttemptID(new TaskID(job.jobId, TaskType.MAP, m.mapIndex()), m.attempt());
             IndexCache.Located files = indexes.locate(job, attempt, key);
             if (files == null) {
                 LOG.debug("rdma-shuffle: output of {} is not on this NodeManager", attempt);
                 return MapState.GONE;
             }
-            File index = files.index();
-            File data = files.data();
-            // Only plain files (not links, pipes or devices), and an index of exactly the job's reduces: nothing
-            // else is opened, read into memory or mapped.
-            long indexBytes = LocalDirs.plainFileLength(index);
-            long dataBytes = LocalDirs.plainFileLength(data);
-            if (indexBytes < 0 || dataBytes < 0) {
-                LOG.warn("rdma-shuffle: {} or {} is not a plain file: the output of {} is not served", index, data,
-                        attempt);
-                return MapState.GONE;
-            }
-            if (indexBytes != (long) r.numReduces() * INDEX_RECORD_BYTES + INDEX_CHECKSUM_BYTES) {
-                LOG.warn("rdma-shuffle: index {} ({} bytes) is not one of {} partitions: that output goes over HTTP",
-                        index, indexBytes, r.numReduces());
-                return MapState.HTTP;
-            }
-            SpillRecord spill;
+            fileSteps.located(files.index(), files.data());
+            // Only plain files reached from the local dir through directories (no link, pipe or device), opened so
+            // that what is checked is what is read and mapped, and an index of exactly the job's reduces: nothing
+            // else is read into memory or mapped.
+            LocalDirs.OpenedFiles opened;
             try {
-                spill = indexes.read(index);
+                opened = LocalDirs.openPlainFiles(files.dir(), files.below(), IndexCache.INDEX, IndexCache.DATA);
+            } catch (LocalDirs.NoSecureOpen e) {
+                if (warnedNoSecureOpen.compareAndSet(false, true)) {
+                    LOG.warn("rdma-shuffle: map outputs are served over HTTP only: {}", e.getMessage());
+                }
+                return MapState.HTTP;
             } catch (IOException e) {
-                LOG.warn("rdma-shuffle: cannot read the index of {}: {}", attempt, e.toString());
+                LOG.warn("rdma-shuffle: the output of {} is not served: {}", attempt, e.toString());
                 return MapState.GONE;
             }
-            long[] offsets = offsets(spill, r.numReduces(), dataBytes);
-            if (offsets == null) {
-                LOG.warn("rdma-shuffle: index {} ({} partitions) does not describe {} ({} bytes) of a job of {}"
-                        + " reduces contiguously: that output goes over HTTP", index, spill.size(), data,
-                        dataBytes, r.numReduces());
-                return MapState.HTTP;
+            try {
+                return publish(job, r, m, attempt, key, files, opened.get(0), opened.get(1));
+            } catch (IOException e) {
+                LOG.warn("rdma-shuffle: the output of {} is not served: {}", attempt, e.toString());
+                return MapState.GONE;
+            } finally {
+                try {
+                    opened.close(); // what was mapped stays mapped
+                } catch (IOException e) {
+                    LOG.debug("rdma-shuffle: closing the files of {} failed", attempt, e);
+                }
             }
-            server.publish(job.shuffleId, job.numMaps, m.mapIndex(), m.attempt(), data, offsets);
-            reg = new ServedJobs.Registered(m.attempt(), index);
-            job.outputs.put(m.mapIndex(), reg);
-            indexes.put(key, spill);
-            IndexRecord rec = spill.getIndex(r.reduce());
-            return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
         }
         SpillRecord spill;
         try {
-            spill = indexes.get(key, reg.index(), r.numReduces());
+            spill = indexes.get(key, IndexCache.Located.of(reg.index(), IndexCache.attemptDir(job, attempt)),
+                    r.numReduces());
         } catch (IOException e) { // dropped from memory, and its file is gone or changed since it was registered
             LOG.warn("rdma-shuffle: cannot read the index of map {} attempt {} of job {} again: {}", m.mapIndex(),
                     m.attempt(), job.realm(), e.toString());
             return MapState.GONE;
         }
+        IndexRecord rec = spill.getIndex(r.reduce());
+        return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
+    }
+
+    /** Reads the opened index, publishes the opened data file with its offsets, and says what the reducer finds. */
+    private MapState publish(ServedJobs.Job job, RegisterProtocol.Request r, MapAttempt m, TaskAttemptID attempt,
+                             IndexCache.Key key, IndexCache.Located files, java.nio.channels.FileChannel index,
+                             java.nio.channels.FileChannel data) throws IOException {
+        long indexBytes = index.size();
+        long dataBytes = data.size();
+        if (indexBytes != (long) r.numReduces() * INDEX_RECORD_BYTES + INDEX_CHECKSUM_BYTES) {
+            LOG.warn("rdma-shuffle: index {} ({} bytes) is not one of {} partitions: that output goes over HTTP",
+                    files.index(), indexBytes, r.numReduces());
+            return MapState.HTTP;
+        }
+        SpillRecord spill;
+        try {
+            spill = indexes.read(index, files.index().toString(), r.numReduces());
+        } catch (IOException e) {
+            LOG.warn("rdma-shuffle: cannot read the index of {}: {}", attempt, e.toString());
+            return MapState.GONE;
+        }
+        fileSteps.indexRead(files.index(), files.data());
+        long[] offsets = offsets(spill, r.numReduces(), dataBytes);
+        if (offsets == null) {
+            LOG.warn("rdma-shuffle: index {} ({} partitions) does not describe {} ({} bytes) of a job of {}"
+                    + " reduces contiguously: that output goes over HTTP", files.index(), spill.size(), files.data(),
+                    dataBytes, r.numReduces());
+            return MapState.HTTP;
+        }
+        server.publish(job.shuffleId, job.numMaps, m.mapIndex(), m.attempt(), data, files.data().toString(),
+                offsets);
+        job.outputs.put(m.mapIndex(), new ServedJobs.Registered(m.attempt(), files.index()));
+        indexes.put(key, spill);
         IndexRecord rec = spill.getIndex(r.reduce());
         return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
     }
