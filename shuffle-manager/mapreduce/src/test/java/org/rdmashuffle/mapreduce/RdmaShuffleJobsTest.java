@@ -28,6 +28,7 @@ import org.apache.hadoop.mapreduce.TaskCounter;
 import org.apache.hadoop.mapreduce.lib.input.FileInputFormat;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.Timeout;
@@ -50,6 +51,8 @@ import org.slf4j.LoggerFactory;
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class RdmaShuffleJobsTest {
+    /** The tag of the tests each Hadoop line's module (shuffle-manager/mapreduce-lines) runs: TeraSort, WordCount. */
+    static final String HADOOP_LINE = "hadoop-line";
     private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleJobsTest.class);
     private static final long ROWS = 100_000;
     private static final int MAPS = 8;
@@ -132,6 +135,7 @@ class RdmaShuffleJobsTest {
     }
 
     @Test
+    @Tag(HADOOP_LINE)
     @Timeout(900)
     void shouldSortCompressedMapOutputsToTheBytesHadoopsShuffleGivesReadingEveryPartitionFromBothNodeManagers()
             throws Exception {
@@ -174,6 +178,7 @@ class RdmaShuffleJobsTest {
     }
 
     @Test
+    @Tag(HADOOP_LINE)
     @Timeout(600)
     void shouldCountWordsToTheBytesHadoopsShuffleGivesReadingFromBothNodeManagers() throws Exception {
         Path dir = new Path(cluster.workDir(), "wordcount");

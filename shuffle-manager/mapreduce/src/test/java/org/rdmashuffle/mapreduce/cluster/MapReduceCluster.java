@@ -83,6 +83,9 @@ public final class MapReduceCluster implements AutoCloseable {
     /** Options for short-lived task JVMs on two cores: a serial collector and only the C1 compiler. */
     private static final String TASK_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1";
 
+    /** Whether MiniMRYarnCluster starts its JobHistoryServer (Hadoop 3.4+; 3.3 always starts it). */
+    private static final String HISTORY_SERVER_ENABLED = "mapreduce.jobhistory.minicluster.enabled";
+
     private static final Logger LOG = LoggerFactory.getLogger(MapReduceCluster.class);
 
     private final MiniMRYarnCluster cluster;
@@ -246,6 +249,7 @@ public final class MapReduceCluster implements AutoCloseable {
         /**
          * Run MiniMRYarnCluster's JobHistoryServer (off by default: it costs start-up time, and the job client
          * reads counters and completion events from the AM, which stays up for five seconds after a job ends).
+         * Hadoop 3.3's MiniMRYarnCluster starts it whatever this says.
          */
         public Builder withHistoryServer(boolean enabled) {
             this.historyServer = enabled;
@@ -320,7 +324,8 @@ public final class MapReduceCluster implements AutoCloseable {
             YarnConfiguration conf = new YarnConfiguration();
             // Aux services come from AuxServices.reload once the NodeManagers run (see the class comment).
             conf.setBoolean(YarnConfiguration.NM_AUX_SERVICES_MANIFEST_ENABLED, true);
-            conf.setBoolean(MiniMRYarnCluster.MR_HISTORY_MINICLUSTER_ENABLED, historyServer);
+            // MiniMRYarnCluster.MR_HISTORY_MINICLUSTER_ENABLED, by name: Hadoop 3.3 lacks the constant and always starts one.
+            conf.setBoolean(HISTORY_SERVER_ENABLED, historyServer);
 
             // Memory: see the class comment.
             conf.setInt(YarnConfiguration.YARN_MINICLUSTER_NM_PMEM_MB, NODE_MANAGER_MEMORY_MB);
