@@ -28,7 +28,6 @@ import org.apache.hadoop.mapreduce.TaskCounter;
 import org.apache.hadoop.mapreduce.lib.input.FileInputFormat;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.Timeout;
@@ -51,8 +50,6 @@ import org.slf4j.LoggerFactory;
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class RdmaShuffleJobsTest {
-    /** The tag of the tests each Hadoop line's module (shuffle-manager/mapreduce-lines) runs: TeraSort, WordCount. */
-    static final String HADOOP_LINE = "hadoop-line";
     private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleJobsTest.class);
     private static final long ROWS = 100_000;
     private static final int MAPS = 8;
@@ -84,7 +81,7 @@ class RdmaShuffleJobsTest {
 
 
     /** Checks the part files under {@code dir}, in name order, hold rows in key order; their count and checksum. */
-    private static TeraRows.Checksum checkSortedAndSum(Path dir) throws IOException {
+    static TeraRows.Checksum checkSortedAndSum(Path dir) throws IOException {
         FileSystem fs = FileSystem.getLocal(new Configuration());
         FileStatus[] parts = fs.listStatus(dir, p -> p.getName().startsWith("part-"));
         Arrays.sort(parts, (x, y) -> x.getPath().getName().compareTo(y.getPath().getName()));
@@ -135,7 +132,6 @@ class RdmaShuffleJobsTest {
     }
 
     @Test
-    @Tag(HADOOP_LINE)
     @Timeout(900)
     void shouldSortCompressedMapOutputsToTheBytesHadoopsShuffleGivesReadingEveryPartitionFromBothNodeManagers()
             throws Exception {
@@ -178,7 +174,6 @@ class RdmaShuffleJobsTest {
     }
 
     @Test
-    @Tag(HADOOP_LINE)
     @Timeout(600)
     void shouldCountWordsToTheBytesHadoopsShuffleGivesReadingFromBothNodeManagers() throws Exception {
         Path dir = new Path(cluster.workDir(), "wordcount");
@@ -328,7 +323,7 @@ class RdmaShuffleJobsTest {
         return n;
     }
 
-    private static Map<String, Long> countHere(Configuration conf, List<Path> files) throws IOException {
+    static Map<String, Long> countHere(Configuration conf, List<Path> files) throws IOException {
         FileSystem fs = FileSystem.getLocal(conf);
         Map<String, Long> counts = new TreeMap<>();
         for (Path f : files) {
