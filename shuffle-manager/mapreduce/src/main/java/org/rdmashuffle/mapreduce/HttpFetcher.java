@@ -37,9 +37,8 @@ final class HttpFetcher<K, V> {
             COPY_FROM_HOST = fetcher.getDeclaredMethod("copyFromHost", MapHost.class);
             COPY_FROM_HOST.setAccessible(true);
         } catch (ReflectiveOperationException | RuntimeException e) {
-            throw new ExceptionInInitializerError(new IllegalStateException(
-                    "this Hadoop's " + FETCHER + " lacks the constructor or copyFromHost(MapHost) Hadoop 3.3 to 3.5 have",
-                    e));
+            throw new ExceptionInInitializerError(new IllegalStateException("this Hadoop's " + FETCHER
+                    + " lacks the constructor or copyFromHost(MapHost) that Hadoop 3.3 to 3.5 have", e));
         }
     }
 

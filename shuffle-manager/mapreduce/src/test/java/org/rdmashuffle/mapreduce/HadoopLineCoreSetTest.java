@@ -98,7 +98,8 @@ class HadoopLineCoreSetTest {
         assertEquals((long) maps * REDUCES, job.counter(TaskCounter.SHUFFLED_MAPS));
         assertEquals(job.counter(TaskCounter.REDUCE_SHUFFLE_BYTES), job.counter(RdmaShuffleCounter.BYTES_READ),
                 "the bytes READ are the shuffle's bytes, compressed as stored");
-        assertEquals(Set.of(0, 1), nodeManagersOf(job), "maps ran on both NodeManagers, so each reducer READ from both");
+        assertEquals(Set.of(0, 1), nodeManagersOf(job),
+                "maps ran on both NodeManagers, so each reducer READ from both");
         LOG.info("Hadoop {}: TeraSort of {} rows over READs in {} ms", VersionInfo.getVersion(), ROWS,
                 job.elapsedMs());
     }

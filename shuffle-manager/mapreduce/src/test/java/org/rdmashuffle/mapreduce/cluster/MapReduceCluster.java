@@ -336,7 +336,7 @@ public final class MapReduceCluster implements AutoCloseable {
             YarnConfiguration conf = new YarnConfiguration();
             // Aux services come from AuxServices.reload once the NodeManagers run (see the class comment).
             conf.setBoolean(YarnConfiguration.NM_AUX_SERVICES_MANIFEST_ENABLED, true);
-            // MiniMRYarnCluster.MR_HISTORY_MINICLUSTER_ENABLED, by name: Hadoop 3.3 lacks the constant and always starts one.
+            // MiniMRYarnCluster.MR_HISTORY_MINICLUSTER_ENABLED, by name: Hadoop 3.3 lacks it (and always starts one).
             conf.setBoolean(HISTORY_SERVER_ENABLED, historyServer);
 
             // Memory: see the class comment.
