@@ -87,7 +87,7 @@ class RdmaShuffleJobsTest {
 
 
     /** Checks the part files under {@code dir}, in name order, hold rows in key order; their count and checksum. */
-    private static TeraRows.Checksum checkSortedAndSum(Path dir) throws IOException {
+    static TeraRows.Checksum checkSortedAndSum(Path dir) throws IOException {
         FileSystem fs = FileSystem.getLocal(new Configuration());
         FileStatus[] parts = fs.listStatus(dir, p -> p.getName().startsWith("part-"));
         Arrays.sort(parts, (x, y) -> x.getPath().getName().compareTo(y.getPath().getName()));
@@ -329,7 +329,7 @@ class RdmaShuffleJobsTest {
         return n;
     }
 
-    private static Map<String, Long> countHere(Configuration conf, List<Path> files) throws IOException {
+    static Map<String, Long> countHere(Configuration conf, List<Path> files) throws IOException {
         FileSystem fs = FileSystem.getLocal(conf);
         Map<String, Long> counts = new TreeMap<>();
         for (Path f : files) {

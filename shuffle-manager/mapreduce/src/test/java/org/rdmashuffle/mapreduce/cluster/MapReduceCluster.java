@@ -20,6 +20,7 @@ import org.apache.hadoop.mapred.ShuffleHandler;
 import org.apache.hadoop.mapreduce.MRConfig;
 import org.apache.hadoop.mapreduce.MRJobConfig;
 import org.apache.hadoop.mapreduce.v2.MiniMRYarnCluster;
+import org.apache.hadoop.util.VersionInfo;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.nodemanager.NodeManager;
 import org.apache.hadoop.yarn.server.nodemanager.containermanager.AuxServices;
@@ -82,7 +83,10 @@ public final class MapReduceCluster implements AutoCloseable {
     public static final int POLL_INTERVAL_MS = 100;
 
     /** Options for short-lived task JVMs on two cores: a serial collector and only the C1 compiler. */
-    private static final String TASK_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1";
+    private static final String TASK_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1" + java17Opens();
+
+    /** Whether MiniMRYarnCluster starts its JobHistoryServer (Hadoop 3.4+; 3.3 always starts it). */
+    private static final String HISTORY_SERVER_ENABLED = "mapreduce.jobhistory.minicluster.enabled";
 
     private static final Logger LOG = LoggerFactory.getLogger(MapReduceCluster.class);
 
@@ -219,6 +223,17 @@ public final class MapReduceCluster implements AutoCloseable {
         cluster.stop();
     }
 
+    /**
+     * What Hadoop 3.3's task JVMs need on Java 17 and 3.3 does not add: the ApplicationMaster's web app (Guice's
+     * cglib) defines classes through {@code ClassLoader.defineClass}. Hadoop 3.4 adds these flags to every container
+     * itself ({@code mapreduce.jvm.add-opens-as-default}) and 3.5 no longer needs them; there it is "".
+     */
+    private static String java17Opens() {
+        String[] version = VersionInfo.getVersion().split("[.-]");
+        boolean before34 = Integer.parseInt(version[0]) == 3 && Integer.parseInt(version[1]) < 4;
+        return before34 ? " --add-opens=java.base/java.lang=ALL-UNNAMED" : "";
+    }
+
     private static AuxServices auxServicesOf(NodeManager nodeManager) {
         return nodeManager.getNMContext().getAuxServices();
     }
@@ -247,6 +262,7 @@ public final class MapReduceCluster implements AutoCloseable {
         /**
          * Run MiniMRYarnCluster's JobHistoryServer (off by default: it costs start-up time, and the job client
          * reads counters and completion events from the AM, which stays up for five seconds after a job ends).
+         * Hadoop 3.3's MiniMRYarnCluster starts it whatever this says.
          */
         public Builder withHistoryServer(boolean enabled) {
             this.historyServer = enabled;
@@ -319,7 +335,8 @@ public final class MapReduceCluster implements AutoCloseable {
             YarnConfiguration conf = new YarnConfiguration();
             // Aux services come from AuxServices.reload once the NodeManagers run (see the class comment).
             conf.setBoolean(YarnConfiguration.NM_AUX_SERVICES_MANIFEST_ENABLED, true);
-            conf.setBoolean(MiniMRYarnCluster.MR_HISTORY_MINICLUSTER_ENABLED, historyServer);
+            // MiniMRYarnCluster.MR_HISTORY_MINICLUSTER_ENABLED, by name: Hadoop 3.3 lacks it (and always starts one).
+            conf.setBoolean(HISTORY_SERVER_ENABLED, historyServer);
             // Each NodeManager's HTTP shuffle (Hadoop's, or the drop-in's) on a port of its own.
             conf.setInt(ShuffleHandler.SHUFFLE_PORT_CONFIG_KEY, 0);
 
