@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The MapReduce comparison: TeraSort under Hadoop's HTTP shuffle and under rdma-shuffle (tcp provider),
-# alternately, on a two-NodeManager MiniMRYarnCluster in this process (both NodeManagers run mapreduce_shuffle
-# and rdma_shuffle). Prints each run and a table of medians with ratios (docs/mapreduce.md explains the columns).
+# alternately, on a two-NodeManager MiniMRYarnCluster in this process (both NodeManagers run RdmaShuffleHandler
+# as mapreduce_shuffle: Hadoop's HTTP shuffle and READs). Prints each run and a table of medians with ratios (docs/mapreduce.md explains the columns).
 #   examples/run-mapreduce.sh [--rows N] [--maps M] [--reduces R] [--rounds K] [--jfr DIR]
 # RDMA_SKIP_BUILD=1 skips the build.
 set -euo pipefail

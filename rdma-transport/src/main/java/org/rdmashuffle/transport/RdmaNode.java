@@ -2,6 +2,7 @@ package org.rdmashuffle.transport;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import org.rdmashuffle.pool.Registrar;
 
@@ -51,6 +52,17 @@ public interface RdmaNode extends AutoCloseable {
      * says). The region owns the mapping.
      */
     MemoryRegion registerFile(Path file, long offset, int length, String realm) throws IOException;
+
+    /**
+     * As {@link #registerFile(Path, long, int, String)}, from a file the caller opened for reading: the bytes of
+     * exactly that file, whatever its path names by now (a caller that checked what it opened serves what it
+     * checked). The channel stays the caller's; the region's mapping outlives its closing. A device that needs a
+     * writable mapping of a file gets a copy of these bytes in registered memory instead.
+     *
+     * @param name the file's name in messages
+     */
+    MemoryRegion registerFile(FileChannel file, String name, long offset, int length, String realm)
+            throws IOException;
 
     /** A registrar for a {@link org.rdmashuffle.pool.BufferPool} whose buffers receive READs. */
     Registrar sinkRegistrar();

@@ -19,6 +19,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.SplittableRandom;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -222,6 +223,31 @@ public abstract class TransportContractTest {
         }
         fileRegion.close();
         assertEquals(ReadStatus.UNKNOWN_KEY, readOne(ch, d.address(), d.rkey(), 10, sink, 0));
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldServeTheOpenedFilesBytesWhenItsPathNamesAnotherFileByThen(@TempDir Path dir) throws Exception {
+        Path file = dir.resolve("map-output.data");
+        byte[] data = new byte[1 << 20];
+        new SplittableRandom(7).nextBytes(data);
+        Files.write(file, data);
+        MemoryRegion fileRegion;
+        try (java.nio.channels.FileChannel opened = java.nio.channels.FileChannel.open(file)) {
+            Files.move(file, dir.resolve("moved.data"));
+            byte[] other = new byte[data.length];
+            new SplittableRandom(8).nextBytes(other);
+            Files.write(file, other); // the path now names another file of the same length
+            fileRegion = server.registerFile(opened, file.toString(), 4096, data.length - 4096, null);
+        }
+        closeables.add(fileRegion);
+        ByteBuffer sinkMem = ByteBuffer.allocateDirect(data.length);
+        MemoryRegion sink = client.register(sinkMem, RegionAccess.READ_SINK);
+        closeables.add(sink);
+        RdmaChannel ch = client.connect(server.localAddress());
+        RegionDescriptor d = fileRegion.descriptor();
+        assertEquals(ReadStatus.SUCCESS, readOne(ch, d.address(), d.rkey(), data.length - 4096, sink, 0));
+        assertSameBytes(ByteBuffer.wrap(data), 4096, sinkMem, 0, data.length - 4096, "the opened file's bytes");
     }
 
     @Test
@@ -595,6 +621,64 @@ public abstract class TransportContractTest {
         byte[] got = new byte[big.remaining()];
         big.get(got);
         assertEquals("echo:" + new String(large, StandardCharsets.UTF_8), new String(got, StandardCharsets.UTF_8));
+    }
+
+    /** A handler answering "later" with a future the test completes (as a handler's worker would), else at once. */
+    private static ControlHandler answeringLater(java.util.concurrent.BlockingQueue<CompletableFuture<ByteBuffer>> later) {
+        return new ControlHandler() {
+            @Override
+            public ByteBuffer onMessage(ByteBuffer request) {
+                return ByteBuffer.wrap(("now:" + StandardCharsets.UTF_8.decode(request)).getBytes(StandardCharsets.UTF_8));
+            }
+
+            @Override
+            public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
+                if (!StandardCharsets.UTF_8.decode(request.duplicate()).toString().equals("later")) {
+                    return ControlHandler.super.onMessageAsync(realm, request);
+                }
+                CompletableFuture<ByteBuffer> f = new CompletableFuture<>();
+                later.add(f);
+                return f;
+            }
+        };
+    }
+
+    private static String text(ByteBuffer b) {
+        return StandardCharsets.UTF_8.decode(b).toString();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldAnswerAControlMessageWhenItsHandlersFutureCompletesAndServeOtherPeersMeanwhile() throws Exception {
+        java.util.concurrent.BlockingQueue<CompletableFuture<ByteBuffer>> later =
+                new java.util.concurrent.LinkedBlockingQueue<>();
+        RdmaNode answering = open(Map.of(), baseOptions().withControlHandler(answeringLater(later)));
+        MemoryRegion region = answering.register(content(), RegionAccess.REMOTE_READ);
+        RdmaChannel waiting = client.connect(answering.localAddress());
+        CompletableFuture<ByteBuffer> slow = waiting.call(StandardCharsets.UTF_8.encode("later"));
+        CompletableFuture<ByteBuffer> handed = later.poll(30, TimeUnit.SECONDS);
+        assertTrue(handed != null, "the handler was not asked");
+
+        // Another peer of the same node: its READs and control messages are answered while the reply is pending.
+        RdmaNode other = open(Map.of());
+        RdmaChannel ch = other.connect(answering.localAddress());
+        MemoryRegion sink = sink(other, 1 << 20);
+        RegionDescriptor d = region.descriptor();
+        assertEquals(ReadStatus.SUCCESS, readOne(ch, d.address() + 4096, d.rkey(), 1 << 20, sink, 0));
+        assertSameBytes(content(), 4096, memoryOf(sink), 0, 1 << 20, "a READ while a control reply is pending");
+        assertEquals("now:meanwhile", text(ch.call(StandardCharsets.UTF_8.encode("meanwhile")).get(30, TimeUnit.SECONDS)));
+        assertFalse(slow.isDone(), "a reply came before the handler's future completed");
+
+        handed.complete(StandardCharsets.UTF_8.encode("answered later"));
+        assertEquals("answered later", text(slow.get(30, TimeUnit.SECONDS)));
+        // the waiting connection goes on
+        assertEquals("now:after", text(waiting.call(StandardCharsets.UTF_8.encode("after")).get(30, TimeUnit.SECONDS)));
+        CompletableFuture<ByteBuffer> failing = waiting.call(StandardCharsets.UTF_8.encode("later"));
+        later.poll(30, TimeUnit.SECONDS).completeExceptionally(new IllegalStateException("the worker failed"));
+        ExecutionException e = assertThrows(ExecutionException.class, () -> failing.get(30, TimeUnit.SECONDS));
+        assertEquals(ReadStatus.HANDLER_FAILED, ((TransportException) e.getCause()).status());
+        assertTrue(waiting.isOpen());
+        assertEquals(null, answering.failure());
     }
 
     @Test

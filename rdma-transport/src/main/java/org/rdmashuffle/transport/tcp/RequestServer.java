@@ -3,6 +3,9 @@ package org.rdmashuffle.transport.tcp;
 import static org.rdmashuffle.transport.tcp.TcpResponder.LOG;
 
 import java.nio.ByteBuffer;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.function.BiConsumer;
 import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.RegionAccess;
@@ -12,7 +15,11 @@ import org.rdmashuffle.transport.RegionAccess;
  * rkey, realm, access and bounds are checked (inline up to {@link ServedConnection#INLINE_PAYLOAD_BYTES},
  * else as a view of the region the connection borrows until it is written); a control message's body is
  * gathered into a buffer that grows with the bytes that arrive and handed to the node's handler; an
- * empty control message is a keep-alive, answered at once. No allocation per READ. Responder thread only.
+ * empty control message is a keep-alive, answered at once. A handler's reply that is not ready when it returns
+ * ({@link ControlHandler#onMessageAsync}) comes back through the responder's queue ({@link PendingControl}); its
+ * connection waits in {@link ServedConnection.State#CONTROL_PENDING} meanwhile. No allocation per READ; one
+ * future per control message (and one {@link PendingControl} when its reply comes later). Responder thread only,
+ * except {@link PendingControl#accept}.
  */
 final class RequestServer {
     /** A control body's buffer starts this small and doubles as bytes arrive, up to the claimed length. */
@@ -163,25 +170,58 @@ final class RequestServer {
             c.control = bigger;
         }
         control.flip();
-        ByteBuffer reply;
-        int status = ReadStatus.SUCCESS;
+        c.control = null;
+        CompletableFuture<ByteBuffer> future;
         try {
-            reply = handler.onMessage(c.realm, control.asReadOnlyBuffer());
+            future = handler.onMessageAsync(c.realm, control.asReadOnlyBuffer());
+            if (future == null) {
+                future = CompletableFuture.failedFuture(new NullPointerException("the handler returned no future"));
+            }
+        } catch (Throwable e) { // a handler that overrides onMessageAsync and throws instead of failing its future
+            future = CompletableFuture.failedFuture(e);
+        }
+        if (!future.isDone()) {
+            // Answered later: this connection parses nothing more until the reply is written (ServedConnection).
+            PendingControl pending = new PendingControl(responder, c, c.controlRequestId);
+            c.pendingControl = pending;
+            c.state = ServedConnection.State.CONTROL_PENDING;
+            future.whenComplete(pending);
+            return true;
+        }
+        ByteBuffer reply = null;
+        Throwable failure = null;
+        try {
+            reply = future.getNow(null);
         } catch (Throwable e) {
-            responder.errorLog.warn("control handler failed for a message from {}: {}", c.remote, e.toString());
-            LOG.debug("the handler's failure", e);
+            failure = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
+        }
+        reply(c, c.controlRequestId, reply, failure);
+        return true;
+    }
+
+    /**
+     * Queues the reply to control request {@code requestId} of {@code c} (the handler's failure when
+     * {@code failure} is not null) and goes back to serving. {@code c.out} has room for a header and an inline
+     * payload: the parse that started the request checked it, and nothing was queued since.
+     */
+    private void reply(ServedConnection c, int requestId, ByteBuffer reply, Throwable failure) {
+        int status = ReadStatus.SUCCESS;
+        if (failure != null) {
+            responder.errorLog.warn("control handler failed for a message from {}: {}", c.remote, failure.toString());
+            LOG.debug("the handler's failure", failure);
             reply = null;
             status = ReadStatus.HANDLER_FAILED;
         }
         int len = reply == null ? 0 : reply.remaining();
         if (len > maxControlBytes) {
-            LOG.warn("control reply of {} bytes exceeds spark.shuffle.rdma.maxControlMessageSize", len);
+            responder.errorLog.warn("control reply of {} bytes to {} exceeds spark.shuffle.rdma.maxControlMessageSize={}",
+                    len, c.remote, maxControlBytes);
             status = ReadStatus.HANDLER_FAILED;
             len = 0;
             reply = null;
         }
         ByteBuffer out = c.out;
-        out.put(Wire.OP_CONTROL_REPLY).put((byte) status).putShort((short) 0).putInt(c.controlRequestId).putInt(len);
+        out.put(Wire.OP_CONTROL_REPLY).put((byte) status).putShort((short) 0).putInt(requestId).putInt(len);
         if (reply != null && len > 0) {
             if (len <= out.remaining() && len <= ServedConnection.INLINE_PAYLOAD_BYTES) {
                 out.put(reply.duplicate());
@@ -191,8 +231,49 @@ final class RequestServer {
                 c.payloadSinceNanos = System.nanoTime();
             }
         }
-        c.control = null;
         c.state = ServedConnection.State.SERVING;
+    }
+
+    /**
+     * Writes the reply {@code p} carries, if its connection still waits for it (not closed since); responder
+     * thread only. The connection then goes on parsing what it sent meanwhile.
+     *
+     * @return whether the reply was queued on its connection
+     */
+    boolean deliver(PendingControl p) {
+        ServedConnection c = p.connection;
+        if (c.pendingControl != p || c.state != ServedConnection.State.CONTROL_PENDING) {
+            return false; // closed meanwhile: the reply is dropped
+        }
+        c.pendingControl = null;
+        reply(c, p.requestId, p.reply, p.failure);
         return true;
+    }
+
+    /**
+     * One control request answered later: what the handler's future completes with, handed from whichever thread
+     * completes it to the responder's queue ({@link TcpResponder#controlReplyReady}); the only thing the completing
+     * thread touches. One per control message whose reply is not ready when the handler returns.
+     */
+    static final class PendingControl implements BiConsumer<ByteBuffer, Throwable> {
+        private final TcpResponder responder;
+        final ServedConnection connection;
+        final int requestId;
+        /** Written by the completing thread before the queue hands this to the responder thread. */
+        ByteBuffer reply;
+        Throwable failure;
+
+        PendingControl(TcpResponder responder, ServedConnection connection, int requestId) {
+            this.responder = responder;
+            this.connection = connection;
+            this.requestId = requestId;
+        }
+
+        @Override
+        public void accept(ByteBuffer r, Throwable f) {
+            reply = r;
+            failure = f instanceof CompletionException && f.getCause() != null ? f.getCause() : f;
+            responder.controlReplyReady(this);
+        }
     }
 }

@@ -20,11 +20,16 @@ final class ServedConnection {
     private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
 
     /**
-     * Connection states: AWAIT_HELLO → AWAIT_AUTH → SERVING ⇄ CONTROL_BODY; any → DRAINING (after an
+     * Connection states: AWAIT_HELLO → AWAIT_AUTH → SERVING → CONTROL_BODY → SERVING (the handler answered at
+     * once) or CONTROL_PENDING (its reply comes later) → SERVING (the reply queued); any → DRAINING (after an
      * error reply: output shut down, input discarded until the peer closes, so the reply is not lost to
      * a reset) → CLOSED.
+     *
+     * <p>In CONTROL_PENDING nothing is parsed: what the peer sends meanwhile is read into the input buffer until
+     * it is full, then not at all (the socket's buffers hold the rest, and the peer's writes wait), so a peer
+     * flooding requests makes the node hold one input buffer, and replies keep the order of the requests.
      */
-    enum State { AWAIT_HELLO, AWAIT_AUTH, SERVING, CONTROL_BODY, DRAINING, CLOSED }
+    enum State { AWAIT_HELLO, AWAIT_AUTH, SERVING, CONTROL_BODY, CONTROL_PENDING, DRAINING, CLOSED }
 
     private final TcpResponder responder;
     private final ConnectionAdmission admission;
@@ -52,6 +57,8 @@ final class ServedConnection {
     ByteBuffer control;
     int controlLength;
     int controlRequestId;
+    /** In CONTROL_PENDING: the reply this connection waits for (a delivery of any other is dropped). */
+    RequestServer.PendingControl pendingControl;
     byte[] clientNonce;
     byte[] serverNonce;
     /**
@@ -113,7 +120,7 @@ final class ServedConnection {
 
     /** Reply bytes are owed to the peer: queued in {@code out}, a payload being written, or an error reply to flush. */
     boolean replyPending() {
-        return payload != null || out.position() > 0 || closeAfterFlush;
+        return payload != null || out.position() > 0 || closeAfterFlush || state == State.CONTROL_PENDING;
     }
 
     /** Why this connection must close now, or null. */
@@ -127,6 +134,11 @@ final class ServedConnection {
                         ? "no handshake within spark.shuffle.rdma.connectTimeout" : null;
             case CLOSED:
                 return null;
+            case CONTROL_PENDING:
+                // The node's own handler has not answered: no frame deadline, and no peer to blame for silence;
+                // a handler that never answers still frees the connection after the idle timeout.
+                return now - lastProgressNanos > responder.idleTimeoutNanos
+                        ? "its control reply was not ready within spark.shuffle.rdma.idleTimeout" : null;
             default:
                 if (partialSinceNanos != 0 && now - partialSinceNanos > responder.frameTimeoutNanos) {
                     return "a frame's remaining bytes did not arrive within spark.shuffle.rdma.frameTimeout";
@@ -175,6 +187,11 @@ final class ServedConnection {
                 carryOver();
                 return;
             }
+            if (state == State.CONTROL_PENDING && !in.hasRemaining()) {
+                // Nothing more is read until the reply resumes parsing (RequestServer.deliver, then carryOver).
+                interest(0);
+                return;
+            }
             int n = ch.read(in);
             if (n < 0) {
                 close();
@@ -207,7 +224,8 @@ final class ServedConnection {
     }
 
     private void notePartialFrame() {
-        boolean partial = starved && (in.position() > 0 || state == State.CONTROL_BODY);
+        boolean partial = starved && state != State.CONTROL_PENDING
+                && (in.position() > 0 || state == State.CONTROL_BODY);
         if (!partial) {
             partialSinceNanos = 0;
         } else if (partialSinceNanos == 0) {
@@ -275,7 +293,7 @@ final class ServedConnection {
                     case AWAIT_AUTH -> responder.handshake.auth(this);
                     case SERVING -> responder.requests.request(this);
                     case CONTROL_BODY -> responder.requests.controlBody(this);
-                    case DRAINING, CLOSED -> false;
+                    case CONTROL_PENDING, DRAINING, CLOSED -> false;
                 };
                 if (!step) {
                     starved = true;
@@ -341,6 +359,7 @@ final class ServedConnection {
         }
         state = State.CLOSED;
         control = null;
+        pendingControl = null; // a reply that comes later finds it closed and is dropped
         admission.closed(this);
         try {
             if (payload != null) {

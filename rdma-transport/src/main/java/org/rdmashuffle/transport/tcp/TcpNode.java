@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.net.BindException;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
@@ -343,7 +344,18 @@ public final class TcpNode implements RdmaNode {
         if (realm != null) {
             Realms.requireValid(realm);
         }
-        ByteBuffer mapped = Mappings.fileRange(file, offset, length, Mappings.FileMemory.READ_ONLY);
+        try (FileChannel fc = FileChannel.open(file, java.nio.file.StandardOpenOption.READ)) {
+            return registerFile(fc, file.toString(), offset, length, realm);
+        }
+    }
+
+    @Override
+    public MemoryRegion registerFile(FileChannel file, String name, long offset, int length, String realm)
+            throws IOException {
+        if (realm != null) {
+            Realms.requireValid(realm);
+        }
+        ByteBuffer mapped = Mappings.fileRange(file, name, offset, length, Mappings.FileMemory.READ_ONLY);
         try {
             return add(mapped, RegionAccess.REMOTE_READ, true, realm);
         } catch (IOException | RuntimeException e) {
@@ -428,8 +440,8 @@ public final class TcpNode implements RdmaNode {
                 responder.connectionsEvictedIdle);
     }
 
-    /** Connections peers have open to this node. */
-    int servedConnections() {
+    /** Connections peers have open to this node (tests and operators: they go with their peers). */
+    public int servedConnections() {
         return responder.connectionCount();
     }
 

@@ -5,6 +5,7 @@ import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
 import java.util.ArrayList;
+import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.transport.ControlHandler;
@@ -47,6 +48,12 @@ import org.slf4j.LoggerFactory;
  * (one string comparison per READ, no allocation), and its control messages reach the handler with its
  * realm. A refusal for a realm (unknown, wrong proof, none named) is a refused handshake like any other:
  * counted, logged at most once per 10 s, its slot given back at once.
+ *
+ * <p>Control replies that come later: a handler may answer a control message with a future that completes on
+ * another thread ({@link ControlHandler#onMessageAsync}), so that work which may block (a disk, a lock) never runs
+ * here. The completing thread only queues the reply ({@link #controlReplyReady}) and wakes the selector; this
+ * thread writes it and resumes its connection, which parsed nothing meanwhile. A reply whose connection closed,
+ * or that comes once the loop has ended, is dropped.
  */
 final class TcpResponder implements Runnable {
     /** The one logger of every piece of the responder, so operators find its lines under one name. */
@@ -108,6 +115,13 @@ final class TcpResponder implements Runnable {
     private ArrayList<ServedConnection> carried = new ArrayList<>();
     private ArrayList<ServedConnection> carriedSpare = new ArrayList<>();
     private final java.util.function.Consumer<SelectionKey> onKey = this::service;
+    /**
+     * Control replies completed on other threads, for this thread to write: at most one per connection (its
+     * pending one), so bounded by the connections.
+     */
+    private final ConcurrentLinkedQueue<RequestServer.PendingControl> controlReplies = new ConcurrentLinkedQueue<>();
+    /** False once the loop has ended (or is ending): a control reply completed then is dropped, not queued. */
+    private volatile boolean takingReplies = true;
     /** One window per kind of line, so a flood of one kind hides no other. */
     final RateLimitedLog limitLog = new RateLimitedLog(LOG, 10_000);
     final RateLimitedLog errorLog = new RateLimitedLog(LOG, 10_000);
@@ -154,6 +168,7 @@ final class TcpResponder implements Runnable {
 
     void stop() {
         running = false;
+        takingReplies = false;
         selector.wakeup();
     }
 
@@ -167,6 +182,7 @@ final class TcpResponder implements Runnable {
                 } else {
                     selector.selectNow(onKey); // work is left over: poll, and serve it after the ready ones
                 }
+                deliverControlReplies();
                 serveCarried();
                 long now = System.nanoTime();
                 if (now - lastExpiryCheck > EXPIRY_CHECK_NANOS) {
@@ -187,6 +203,8 @@ final class TcpResponder implements Runnable {
 
     /** Closes every connection, the listening socket and the selector; safe to call again from any thread once the loop ended. */
     void releaseAll() {
+        takingReplies = false;
+        controlReplies.clear();
         admission.closeAll();
         try {
             selector.close();
@@ -196,6 +214,39 @@ final class TcpResponder implements Runnable {
         carried.clear();
         carriedSpare.clear();
         drain.release();
+    }
+
+    /**
+     * A control reply completed on another thread (any thread; it does nothing else here): queued for this
+     * thread, which is woken. Dropped once the loop has ended.
+     */
+    void controlReplyReady(RequestServer.PendingControl p) {
+        if (!takingReplies) {
+            return;
+        }
+        controlReplies.add(p);
+        if (!takingReplies) {
+            controlReplies.remove(p); // the loop ended meanwhile: nobody takes it (releaseAll may have cleared before)
+            return;
+        }
+        selector.wakeup();
+    }
+
+    /** Writes the control replies completed since the last wakeup; their connections are served in this one. */
+    private void deliverControlReplies() {
+        RequestServer.PendingControl p;
+        while ((p = controlReplies.poll()) != null) {
+            ServedConnection c = p.connection;
+            try {
+                if (requests.deliver(p)) {
+                    c.carryOver(); // resumes: writes the reply, then parses what the peer sent meanwhile
+                }
+            } catch (Throwable t) {
+                errorLog.warn("closing connection from {} after an unexpected error: {}", c.remote, t.toString());
+                LOG.debug("the error", t);
+                c.close();
+            }
+        }
     }
 
     /** Serves the connections carried over from the last wakeup that have not had their turn in this one. */

@@ -43,12 +43,44 @@ final class VerbsControl implements AutoCloseable {
         this.node = node;
         this.conf = conf;
         this.userHandler = options.controlHandler();
-        this.tcp = new TcpNode(conf, options.withControlHandler(this::onControl));
+        this.tcp = new TcpNode(conf, options.withControlHandler(new ControlHandler() {
+            @Override
+            public ByteBuffer onMessage(ByteBuffer request) throws Exception {
+                return onControl(request);
+            }
+
+            @Override
+            public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
+                return onControlAsync(request);
+            }
+        }));
     }
 
     /** The tcp node carrying the control path. */
     TcpNode tcp() {
         return tcp;
+    }
+
+    /**
+     * A user message's reply is the user handler's future, passed through (it may complete later: the tcp node
+     * serves other connections meanwhile); the node's own messages are answered at once.
+     */
+    private CompletableFuture<ByteBuffer> onControlAsync(ByteBuffer request) {
+        if (request.hasRemaining() && request.get(request.position()) == OP_USER && !node.isClosed()) {
+            try {
+                CompletableFuture<ByteBuffer> reply = userHandler.onMessageAsync(null, // verbs serves no realms
+                        request.slice(request.position() + 1, request.remaining() - 1));
+                return reply != null ? reply
+                        : CompletableFuture.failedFuture(new NullPointerException("the handler returned no future"));
+            } catch (Throwable e) {
+                return CompletableFuture.failedFuture(e);
+            }
+        }
+        try {
+            return CompletableFuture.completedFuture(onControl(request));
+        } catch (Throwable e) {
+            return CompletableFuture.failedFuture(e);
+        }
     }
 
     private ByteBuffer onControl(ByteBuffer request) throws Exception {

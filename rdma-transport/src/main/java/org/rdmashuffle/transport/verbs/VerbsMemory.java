@@ -2,6 +2,7 @@ package org.rdmashuffle.transport.verbs;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Map;
@@ -52,19 +53,24 @@ final class VerbsMemory {
         }
     }
 
-    /** See {@link VerbsNode#registerFile}. */
-    VerbsRegion registerFile(Path file, long offset, int length) throws IOException {
+    /**
+     * See {@link VerbsNode#registerFile}: the file at {@code file}, or the one {@code open} is open on (read-only: a
+     * read-write mapping of it is replaced by a copy).
+     */
+    VerbsRegion registerFile(Path file, FileChannel open, String name, long offset, int length) throws IOException {
         for (;;) {
             FileMemory mode = fileMode;
+            FileMemory use = open != null && mode == FileMemory.READ_WRITE ? FileMemory.COPY : mode;
             ByteBuffer memory = null;
             try {
-                memory = Mappings.fileRange(file, offset, length, mode);
+                memory = open != null ? Mappings.fileRange(open, name, offset, length, use)
+                        : Mappings.fileRange(file, offset, length, use);
                 return add(memory, RegionAccess.REMOTE_READ, true);
             } catch (TransportException e) {
                 if (memory != null) {
                     Mappings.unmap(memory);
                 }
-                if (mode == FileMemory.COPY || node.isClosed()) {
+                if (use == FileMemory.COPY || node.isClosed()) {
                     throw e;
                 }
                 stepDown(mode, e.getMessage());
@@ -72,10 +78,10 @@ final class VerbsMemory {
                 if (memory != null) {
                     Mappings.unmap(memory);
                 }
-                if (mode != FileMemory.READ_WRITE) {
+                if (use != FileMemory.READ_WRITE) {
                     throw e;
                 }
-                stepDown(mode, "cannot open " + file + " for a read-write mapping: " + e.getMessage());
+                stepDown(mode, "cannot open " + name + " for a read-write mapping: " + e.getMessage());
             } catch (RuntimeException e) {
                 if (memory != null) {
                     Mappings.unmap(memory);

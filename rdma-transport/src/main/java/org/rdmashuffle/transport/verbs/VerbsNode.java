@@ -3,6 +3,7 @@ package org.rdmashuffle.transport.verbs;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
@@ -474,7 +475,17 @@ public final class VerbsNode implements RdmaNode {
         if (realm != null) {
             Realms.requireValid(realm);
         }
-        return memory.registerFile(file, offset, length);
+        return memory.registerFile(file, null, file.toString(), offset, length);
+    }
+
+    /** As {@link #registerFile(Path, long, int, String)}; a read-write mapping is replaced by a copy. */
+    @Override
+    public MemoryRegion registerFile(FileChannel file, String name, long offset, int length, String realm)
+            throws IOException {
+        if (realm != null) {
+            Realms.requireValid(realm);
+        }
+        return memory.registerFile(null, file, name, offset, length);
     }
 
     void deregistered(VerbsRegion r) {

@@ -12,6 +12,7 @@ import java.lang.management.ManagementFactory;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -20,8 +21,10 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.SplittableRandom;
+import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
@@ -29,6 +32,7 @@ import java.util.function.BooleanSupplier;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.rdmashuffle.conf.RdmaShuffleConf;
+import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.RdmaChannel;
@@ -429,6 +433,207 @@ class TcpResponderLimitsTest {
             assertTrue(ch.isOpen());
             assertEquals(null, client.failure());
             assertEquals(null, server.failure());
+        }
+    }
+
+    /** Answers "later" with a future put on {@code later} for the test to complete; anything else at once, echoed. */
+    private static ControlHandler answeringLater(BlockingQueue<CompletableFuture<ByteBuffer>> later) {
+        return new ControlHandler() {
+            @Override
+            public ByteBuffer onMessage(ByteBuffer request) {
+                return request;
+            }
+
+            @Override
+            public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
+                if (!StandardCharsets.UTF_8.decode(request.duplicate()).toString().equals("later")) {
+                    return ControlHandler.super.onMessageAsync(realm, request);
+                }
+                CompletableFuture<ByteBuffer> f = new CompletableFuture<>();
+                later.add(f);
+                return f;
+            }
+        };
+    }
+
+    private static void readFully(SocketChannel ch, ByteBuffer b) throws IOException {
+        while (b.hasRemaining()) {
+            if (ch.read(b) < 0) {
+                throw new java.io.EOFException("closed by the node");
+            }
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void shouldAnswerWhatAPeerSentWhileItsControlReplyWasPendingInOrderAfterItAndReadNoMoreOfItMeanwhile()
+            throws Exception {
+        RdmaShuffleConf conf = conf();
+        ByteBuffer content = randomDirect(8, REGION_BYTES);
+        BlockingQueue<CompletableFuture<ByteBuffer>> later = new LinkedBlockingQueue<>();
+        try (TcpNode server = new TcpNode(conf, NodeOptions.loopback().withControlHandler(answeringLater(later)));
+             SocketChannel peer = SocketChannel.open(new InetSocketAddress("127.0.0.1", server.localAddress().port()))) {
+            MemoryRegion a = server.register(content, RegionAccess.REMOTE_READ);
+            RegionDescriptor d = a.descriptor();
+            peer.write(ByteBuffer.wrap(helloAndAuth()));
+            ByteBuffer welcome = ByteBuffer.allocate(Wire.CHALLENGE_BYTES + Wire.WELCOME_BYTES);
+            readFully(peer, welcome);
+            assertEquals(Wire.HS_OK, welcome.getInt(Wire.CHALLENGE_BYTES));
+            byte[] body = "later".getBytes(StandardCharsets.UTF_8);
+            peer.write(ByteBuffer.wrap(controlHeader(0, body.length)));
+            peer.write(ByteBuffer.wrap(body));
+            CompletableFuture<ByteBuffer> pending = later.poll(30, TimeUnit.SECONDS);
+            assertTrue(pending != null, "the handler was not asked");
+            long servedBefore = server.stats().readsServed();
+
+            // READs of one byte each, pipelined behind the pending control message until the socket takes no more:
+            // the node reads one input buffer of them and then nothing, so the kernel's buffers fill.
+            peer.configureBlocking(false);
+            ByteBuffer frames = ByteBuffer.allocate(64 << 10).limit(0);
+            long frameCount = 0;
+            long sent = 0;
+            for (;;) {
+                if (!frames.hasRemaining()) {
+                    frames.clear();
+                    while (frames.remaining() >= Wire.REQUEST_HEADER_BYTES) {
+                        frameCount++;
+                        frames.put(readFrame((int) frameCount, d, frameCount * 7919 % REGION_BYTES, 1));
+                    }
+                    frames.flip();
+                }
+                int n = peer.write(frames);
+                sent += n;
+                if (n == 0) {
+                    break;
+                }
+                assertTrue(sent < (256L << 20), "the node kept reading a connection whose control reply is pending");
+            }
+            long whole = sent / Wire.REQUEST_HEADER_BYTES; // the frame cut by the full socket is finished below
+
+            // Another connection is served meanwhile; none of the waiting one's READs was.
+            assertServedByteForByte(server, conf, a, content, 12_345, 1 << 20);
+            assertEquals(servedBefore + 1, server.stats().readsServed(), "a READ sent after the control message was "
+                    + "served before its reply");
+
+            pending.complete(StandardCharsets.UTF_8.encode("answered later"));
+            peer.configureBlocking(true);
+            if (sent % Wire.REQUEST_HEADER_BYTES != 0) {
+                frames.limit(frames.position() + (int) (Wire.REQUEST_HEADER_BYTES - sent % Wire.REQUEST_HEADER_BYTES));
+                while (frames.hasRemaining()) {
+                    peer.write(frames);
+                }
+                whole++;
+            }
+            DataInputStream in = new DataInputStream(new java.io.BufferedInputStream(
+                    java.nio.channels.Channels.newInputStream(peer), 1 << 16));
+            assertEquals(Wire.OP_CONTROL_REPLY, in.readByte(), "the control reply comes first");
+            assertEquals(ReadStatus.SUCCESS, in.readByte());
+            in.readShort();
+            assertEquals(0, in.readInt());
+            byte[] reply = new byte[in.readInt()];
+            in.readFully(reply);
+            assertEquals("answered later", new String(reply, StandardCharsets.UTF_8));
+            for (long i = 1; i <= whole; i++) {
+                assertEquals(Wire.OP_READ_REPLY, in.readByte());
+                assertEquals(ReadStatus.SUCCESS, in.readByte());
+                in.readShort();
+                assertEquals((int) i, in.readInt(), "replies in request order");
+                assertEquals(1, in.readInt());
+                assertEquals(content.get((int) (i * 7919 % REGION_BYTES)), in.readByte());
+            }
+            assertTrue(whole > TcpResponder.IN_BUFFER_BYTES / Wire.REQUEST_HEADER_BYTES,
+                    "the peer was held back before it sent more than the node's input buffer: " + whole + " READs");
+            assertEquals(null, server.failure());
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldDropAPendingControlReplyWhenItsConnectionOrTheNodeClosesFirstAndGoOnServing() throws Exception {
+        RdmaShuffleConf conf = conf();
+        ByteBuffer content = randomDirect(9, REGION_BYTES);
+        BlockingQueue<CompletableFuture<ByteBuffer>> later = new LinkedBlockingQueue<>();
+        // What the nodes log meanwhile (slf4j-simple writes to System.err as it is when a line is logged).
+        java.io.PrintStream err = System.err;
+        java.io.ByteArrayOutputStream logged = new java.io.ByteArrayOutputStream();
+        System.setErr(new java.io.PrintStream(logged, true, StandardCharsets.UTF_8));
+        TcpNode server = new TcpNode(conf, NodeOptions.loopback().withControlHandler(answeringLater(later)));
+        try (TcpNode waiting = new TcpNode(conf, NodeOptions.loopback())) {
+            MemoryRegion a = server.register(content, RegionAccess.REMOTE_READ);
+            CompletableFuture<ByteBuffer> dropped;
+            CompletableFuture<ByteBuffer> orphan;
+            try (TcpNode gone = new TcpNode(conf, NodeOptions.loopback())) {
+                dropped = gone.connect(server.localAddress()).call(StandardCharsets.UTF_8.encode("later"));
+                orphan = later.poll(30, TimeUnit.SECONDS);
+                assertTrue(orphan != null, "the handler was not asked");
+            }
+            ExecutionException e = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
+                    () -> dropped.get(30, TimeUnit.SECONDS));
+            assertEquals(ReadStatus.CHANNEL_CLOSED, ((TransportException) e.getCause()).status());
+            await(() -> server.servedConnections() == 0, 10, "a connection closed while its reply was pending is gone");
+            assertTrue(orphan.complete(ByteBuffer.allocateDirect(4096)), "the reply of a closed connection");
+            assertServedByteForByte(server, conf, a, content, 4096, 1 << 20);
+            assertEquals(0, server.connectionsClosedByLimit());
+
+            // The node closes with a reply pending: its peer hears at once, and the late completion touches nothing.
+            CompletableFuture<ByteBuffer> unanswered = waiting.connect(server.localAddress())
+                    .call(StandardCharsets.UTF_8.encode("later"));
+            CompletableFuture<ByteBuffer> late = later.poll(30, TimeUnit.SECONDS);
+            assertTrue(late != null, "the handler was not asked");
+            assertEquals(null, server.failure());
+            server.close();
+            e = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
+                    () -> unanswered.get(30, TimeUnit.SECONDS));
+            assertTrue(e.getCause() instanceof TransportException, String.valueOf(e.getCause()));
+            assertTrue(late.complete(StandardCharsets.UTF_8.encode("too late")));
+        } finally {
+            server.close();
+            System.setErr(err);
+            err.print(logged.toString(StandardCharsets.UTF_8));
+        }
+        String lines = logged.toString(StandardCharsets.UTF_8);
+        assertTrue(!lines.contains("] WARN ") && !lines.contains("] ERROR "), "a dropped reply was logged: " + lines);
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCloseAConnectionWhoseControlReplyTheHandlerNeverGivesAtTheIdleTimeout() throws Exception {
+        RdmaShuffleConf conf = conf("idleTimeout", "1s");
+        BlockingQueue<CompletableFuture<ByteBuffer>> later = new LinkedBlockingQueue<>();
+        try (TcpNode server = new TcpNode(conf, NodeOptions.loopback().withControlHandler(answeringLater(later)));
+             TcpNode client = new TcpNode(conf(), NodeOptions.loopback())) {
+            CompletableFuture<ByteBuffer> never = client.connect(server.localAddress())
+                    .call(StandardCharsets.UTF_8.encode("later"));
+            assertTrue(later.poll(30, TimeUnit.SECONDS) != null, "the handler was not asked");
+            ExecutionException e = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
+                    () -> never.get(30, TimeUnit.SECONDS));
+            assertTrue(e.getCause() instanceof TransportException, String.valueOf(e.getCause()));
+            await(() -> server.servedConnections() == 0, 10, "the connection is gone");
+            assertEquals(1, server.connectionsClosedByLimit());
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldSendALaterReplyPastTheInlineSizeWholeAndOnePastTheControlLimitAsHandlerFailed() throws Exception {
+        RdmaShuffleConf conf = conf("maxControlMessageSize", "16k");
+        BlockingQueue<CompletableFuture<ByteBuffer>> later = new LinkedBlockingQueue<>();
+        try (TcpNode server = new TcpNode(conf, NodeOptions.loopback().withControlHandler(answeringLater(later)));
+             TcpNode client = new TcpNode(conf, NodeOptions.loopback())) {
+            RdmaChannel ch = client.connect(server.localAddress());
+            ByteBuffer large = randomDirect(10, 12_000); // past the 8 KiB copied next to its header
+            CompletableFuture<ByteBuffer> first = ch.call(StandardCharsets.UTF_8.encode("later"));
+            later.poll(30, TimeUnit.SECONDS).complete(large);
+            ByteBuffer got = first.get(30, TimeUnit.SECONDS);
+            assertEquals(-1, got.mismatch(large.duplicate().clear()), "a later reply of 12,000 bytes");
+            CompletableFuture<ByteBuffer> tooLarge = ch.call(StandardCharsets.UTF_8.encode("later"));
+            later.poll(30, TimeUnit.SECONDS).complete(ByteBuffer.allocate((16 << 10) + 1));
+            ExecutionException e = org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class,
+                    () -> tooLarge.get(30, TimeUnit.SECONDS));
+            assertEquals(ReadStatus.HANDLER_FAILED, ((TransportException) e.getCause()).status());
+            assertEquals("still there", StandardCharsets.UTF_8.decode(ch.call(StandardCharsets.UTF_8.encode(
+                    "still there")).get(30, TimeUnit.SECONDS)).toString());
+            assertTrue(ch.isOpen());
         }
     }
 

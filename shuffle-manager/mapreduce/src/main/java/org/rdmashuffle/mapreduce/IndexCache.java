@@ -2,14 +2,16 @@ package org.rdmashuffle.mapreduce;
 
 import java.io.File;
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.LongSupplier;
-import org.apache.hadoop.fs.Path;
-import org.apache.hadoop.mapred.JobConf;
+import java.util.zip.CRC32;
+import org.apache.hadoop.mapred.IndexRecord;
 import org.apache.hadoop.mapred.SpillRecord;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 
@@ -26,6 +28,9 @@ import org.apache.hadoop.mapreduce.TaskAttemptID;
  * was briefly unreadable, or a reducer that asked early, costs. Kept per attempt (a rerun is a new attempt, never
  * hidden by its predecessor's answer), at most {@link #MAX_MISSING} entries, dropped with the job.
  *
+ * <p>An index is read from a channel {@link LocalDirs#openPlainFiles} opened (never by path: what is read is the
+ * file checked).
+ *
  * <p>Thread-safe; no disk is read under its lock.
  */
 final class IndexCache {
@@ -38,13 +43,32 @@ final class IndexCache {
     record Key(int shuffleId, int map, int attempt) {
     }
 
-    /** An attempt's files on this NodeManager. */
-    record Located(File index, File data) {
+    static final String INDEX = "file.out.index";
+    static final String DATA = "file.out";
+
+    /**
+     * An attempt's files on this NodeManager, in the directory {@code below} names relative to a local dir (where
+     * {@link LocalDirs#openPlainFiles} opens them from).
+     */
+    record Located(File index, File data, String below) {
+        /** The files of an attempt whose index is {@code index}, {@code below} a local dir. */
+        static Located of(File index, String below) {
+            File dir = index.getParentFile();
+            return new Located(new File(dir, INDEX), new File(dir, DATA), below);
+        }
+
+        File dir() {
+            return index.getParentFile();
+        }
+    }
+
+    /** Where {@code attempt}'s outputs are relative to a local dir. */
+    static String attemptDir(ServedJobs.Job job, TaskAttemptID attempt) {
+        return LocalDirs.appBase(job.user, job.appId) + "/output/" + attempt;
     }
 
     private final long maxBytes;
     private final LongSupplier nanoClock;
-    private final JobConf jobConf;
     /** Guarded by this; in access order (least recently used first). */
     private final LinkedHashMap<Key, SpillRecord> indexes = new LinkedHashMap<>(16, 0.75f, true);
     /** Guarded by this: when each missing attempt is to be looked for again (nanoClock), oldest first. */
@@ -53,13 +77,12 @@ final class IndexCache {
     private final AtomicLong indexReads = new AtomicLong();
     private final AtomicLong lookups = new AtomicLong();
 
-    IndexCache(long maxBytes, JobConf jobConf) {
-        this(maxBytes, jobConf, System::nanoTime);
+    IndexCache(long maxBytes) {
+        this(maxBytes, System::nanoTime);
     }
 
-    IndexCache(long maxBytes, JobConf jobConf, LongSupplier nanoClock) {
+    IndexCache(long maxBytes, LongSupplier nanoClock) {
         this.maxBytes = maxBytes;
-        this.jobConf = jobConf;
         this.nanoClock = nanoClock;
     }
 
@@ -83,10 +106,10 @@ final class IndexCache {
         }
         lookups.incrementAndGet();
         String base = "output/" + attempt + "/";
-        File index = job.find(base + "file.out.index");
-        File data = index == null ? null : job.find(base + "file.out");
-        if (index != null && data != null) {
-            return new Located(index, data);
+        File index = job.find(base + INDEX);
+        File data = index == null ? null : job.find(base + DATA);
+        if (index != null && data != null && index.getParentFile().equals(data.getParentFile())) {
+            return Located.of(index, attemptDir(job, attempt));
         }
         synchronized (this) {
             missing.put(key, nanoClock.getAsLong() + MISSING_NANOS);
@@ -99,10 +122,43 @@ final class IndexCache {
         return null;
     }
 
-    /** Reads {@code index} (one disk read, counted) without caching it. */
-    SpillRecord read(File index) throws IOException {
+    /** Opens and reads {@code at}'s index of {@code partitions} records (one disk read, counted) without caching it. */
+    SpillRecord read(Located at, int partitions) throws IOException {
+        try (LocalDirs.OpenedFiles f = LocalDirs.openPlainFiles(at.dir(), at.below(), INDEX)) {
+            return read(f.get(0), at.index().toString(), partitions);
+        }
+    }
+
+    /**
+     * Reads an index of {@code partitions} records from {@code index} (opened and checked by the caller; one disk
+     * read, counted), its checksum checked as Hadoop's {@code SpillRecord} checks it, without caching it.
+     *
+     * @throws IOException when it is not exactly {@code partitions} records and their CRC32, or the CRC differs
+     */
+    SpillRecord read(FileChannel index, String name, int partitions) throws IOException {
         indexReads.incrementAndGet();
-        return new SpillRecord(new Path(index.getPath()), jobConf);
+        long recordBytes = (long) partitions * ShuffleServer.INDEX_RECORD_BYTES;
+        long size = index.size();
+        if (size != recordBytes + ShuffleServer.INDEX_CHECKSUM_BYTES || size > Integer.MAX_VALUE) {
+            throw new IOException(name + " (" + size + " bytes) is not an index of " + partitions + " partitions");
+        }
+        ByteBuffer b = ByteBuffer.allocate((int) size);
+        while (b.hasRemaining()) {
+            if (index.read(b, b.position()) < 0) {
+                throw new IOException(name + " ended while it was read");
+            }
+        }
+        CRC32 crc = new CRC32();
+        crc.update(b.array(), 0, (int) recordBytes);
+        if (crc.getValue() != b.getLong((int) recordBytes)) {
+            throw new IOException("checksum error in " + name);
+        }
+        SpillRecord spill = new SpillRecord(partitions);
+        for (int p = 0; p < partitions; p++) {
+            int at = p * ShuffleServer.INDEX_RECORD_BYTES;
+            spill.putIndex(new IndexRecord(b.getLong(at), b.getLong(at + 8), b.getLong(at + 16)), p);
+        }
+        return spill;
     }
 
     /** Holds {@code spill} as {@code key}'s index, dropping the least recently used ones past the limit. */
@@ -127,26 +183,19 @@ final class IndexCache {
     }
 
     /**
-     * {@code key}'s index, from memory or read again from {@code index} (then held), checked to be one of
-     * {@code partitions} records.
+     * {@code key}'s index, from memory or read again from {@code at}'s index file (then held), checked to be one
+     * of {@code partitions} records.
      *
      * @throws IOException when it cannot be read again or no longer has {@code partitions} records
      */
-    SpillRecord get(Key key, File index, int partitions) throws IOException {
+    SpillRecord get(Key key, Located at, int partitions) throws IOException {
         synchronized (this) {
             SpillRecord s = indexes.get(key);
             if (s != null) {
                 return s;
             }
         }
-        if (LocalDirs.plainFileLength(index) != (long) partitions * ShuffleServer.INDEX_RECORD_BYTES
-                + ShuffleServer.INDEX_CHECKSUM_BYTES) {
-            throw new IOException(index + " is no longer a plain index file of " + partitions + " partitions");
-        }
-        SpillRecord s = read(index);
-        if (s.size() != partitions) {
-            throw new IOException(index + " has " + s.size() + " partitions, not " + partitions);
-        }
+        SpillRecord s = read(at, partitions);
         put(key, s);
         return s;
     }

@@ -2,23 +2,36 @@ package org.rdmashuffle.mapreduce;
 
 import java.io.File;
 import java.io.IOException;
+import java.nio.channels.FileChannel;
+import java.nio.channels.SeekableByteChannel;
+import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.LinkOption;
+import java.nio.file.OpenOption;
+import java.nio.file.SecureDirectoryStream;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.BasicFileAttributeView;
 import java.nio.file.attribute.BasicFileAttributes;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Objects;
+import java.util.Set;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.yarn.server.api.AuxiliaryLocalPathHandler;
 
 /**
  * Where one NodeManager keeps what its containers wrote: {@code <local-dir>/usercache/<user>/appcache/<appId>/},
- * map outputs under {@code output/<attemptId>/file.out(.index)}, and each container's {@code container_tokens}.
+ * map outputs under {@code output/<attemptId>/file.out(.index)}.
  * Asks the NodeManager's {@link AuxiliaryLocalPathHandler} (which knows the good disks) when it has one, else
  * the directories of {@code yarn.nodemanager.local-dirs}.
  *
  * <p>Paths are only ever built from ids the NodeManager gave (an application it ran a container of) and ids
  * parsed into Hadoop's types, never from a peer's raw string.
+ *
+ * <p>What the service reads or maps it opens with {@link #openPlainFiles}: from the local dir down, each directory
+ * opened relative to the one before with no link followed, the files relative to the last one — so what is opened
+ * is what was checked, whatever a task swaps in its directories meanwhile.
  */
 final class LocalDirs {
     private final AuxiliaryLocalPathHandler handler;
@@ -91,7 +104,7 @@ final class LocalDirs {
      * directories only: no component of {@code relative} is a symbolic link (none is followed), and every one but
      * the last is a directory. The local dir itself may be a link (an administrator's choice); what containers
      * write below it may not, so a task cannot point a map output's path at a file elsewhere through a linked
-     * directory. (Checked before each use of the path; what the service opens afterwards is opened by that path.)
+     * directory. A check by path, for finding files: what is read or mapped is opened with {@link #openPlainFiles}.
      */
     static boolean noLinksBelowLocalDir(File f, String relative) {
         java.nio.file.Path path = f.toPath();
@@ -125,6 +138,139 @@ final class LocalDirs {
             return a.isRegularFile() ? a.size() : -1;
         } catch (IOException e) {
             return -1;
+        }
+    }
+
+    /** This JVM cannot open a directory's entries relative to it ({@link SecureDirectoryStream}: Linux has it). */
+    static final class NoSecureOpen extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        NoSecureOpen(String message) {
+            super(message);
+        }
+    }
+
+    /** Files opened by {@link #openPlainFiles}, closed together (what was mapped from them stays mapped). */
+    static final class OpenedFiles implements AutoCloseable {
+        private final FileChannel[] channels;
+
+        private OpenedFiles(FileChannel[] channels) {
+            this.channels = channels;
+        }
+
+        FileChannel get(int i) {
+            return channels[i];
+        }
+
+        @Override
+        public void close() throws IOException {
+            closeAll(channels, channels.length, null);
+        }
+    }
+
+    /**
+     * Opens the plain files {@code names} (for reading) in {@code dir}, which is {@code relative} below a local
+     * dir. The local dir is opened by its path (it may be a link, an administrator's choice); then every component
+     * of {@code relative} is opened as a directory relative to the one before with no link followed, and each file
+     * relative to the last one, not following a link either, and checked to be a plain file through that directory
+     * before and after it is opened (the same file, its length the opened one's). So what the caller reads or maps
+     * is a plain file reached from the local dir through directories only, whatever is swapped in those directories
+     * meanwhile. (A FIFO swapped in between the check and the open holds the opening thread until a writer opens
+     * it; Java cannot open without blocking.)
+     *
+     * @throws NoSecureOpen when this JVM cannot open files relative to a directory (not Linux)
+     * @throws IOException when a component is a link or not a directory, or a file is not a plain file
+     */
+    static OpenedFiles openPlainFiles(File dir, String relative, String... names) throws IOException {
+        java.nio.file.Path path = dir.toPath();
+        java.nio.file.Path rel = java.nio.file.Paths.get(relative).normalize();
+        if (rel.isAbsolute() || rel.startsWith("..") || !path.endsWith(rel)) {
+            throw new IOException(dir + " is not " + relative + " below a local dir");
+        }
+        java.nio.file.Path localDir = path;
+        for (int i = 0; i < rel.getNameCount(); i++) {
+            localDir = localDir.getParent();
+        }
+        DirectoryStream<java.nio.file.Path> at = Files.newDirectoryStream(localDir);
+        try {
+            if (!(at instanceof SecureDirectoryStream<java.nio.file.Path> below)) {
+                throw new NoSecureOpen("this JVM cannot open a file relative to a directory it opened ("
+                        + "java.nio.file.SecureDirectoryStream is not available here)");
+            }
+            for (int i = 0; i < rel.getNameCount(); i++) {
+                SecureDirectoryStream<java.nio.file.Path> next = below.newDirectoryStream(rel.getName(i),
+                        LinkOption.NOFOLLOW_LINKS);
+                at.close();
+                at = next;
+                below = next;
+            }
+            FileChannel[] channels = new FileChannel[names.length];
+            for (int i = 0; i < names.length; i++) {
+                try {
+                    channels[i] = openPlainFile(below, names[i], new File(dir, names[i]).toString());
+                } catch (IOException | RuntimeException e) {
+                    closeAll(channels, i, e);
+                    throw e;
+                }
+            }
+            return new OpenedFiles(channels);
+        } finally {
+            at.close();
+        }
+    }
+
+    private static final Set<OpenOption> READ_NO_LINK = Set.of(StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS);
+
+    private static FileChannel openPlainFile(SecureDirectoryStream<java.nio.file.Path> dir, String name, String shown)
+            throws IOException {
+        java.nio.file.Path file = java.nio.file.Paths.get(name);
+        BasicFileAttributeView view = dir.getFileAttributeView(file, BasicFileAttributeView.class,
+                LinkOption.NOFOLLOW_LINKS);
+        BasicFileAttributes before = view.readAttributes();
+        if (!before.isRegularFile()) { // a link, a pipe (whose open would block), a device, a directory
+            throw new IOException(shown + " is not a plain file");
+        }
+        SeekableByteChannel opened = dir.newByteChannel(file, READ_NO_LINK); // a link now: refused (ELOOP)
+        try {
+            if (!(opened instanceof FileChannel channel)) {
+                throw new IOException(shown + " cannot be mapped (no FileChannel)");
+            }
+            BasicFileAttributes after = view.readAttributes();
+            if (!after.isRegularFile() || !Objects.equals(before.fileKey(), after.fileKey())
+                    || channel.size() != after.size()) {
+                throw new IOException(shown + " was replaced while it was opened");
+            }
+            return channel;
+        } catch (IOException | RuntimeException e) {
+            try {
+                opened.close();
+            } catch (IOException suppressed) {
+                e.addSuppressed(suppressed);
+            }
+            throw e;
+        }
+    }
+
+    /** Closes the first {@code count} of {@code channels} in reverse order; errors go to {@code primary}. */
+    private static void closeAll(FileChannel[] channels, int count, Throwable primary) throws IOException {
+        IOException first = null;
+        for (int i = count - 1; i >= 0; i--) {
+            try {
+                if (channels[i] != null) {
+                    channels[i].close();
+                }
+            } catch (IOException e) {
+                if (primary != null) {
+                    primary.addSuppressed(e);
+                } else if (first == null) {
+                    first = e;
+                } else {
+                    first.addSuppressed(e);
+                }
+            }
+        }
+        if (first != null) {
+            throw first;
         }
     }
 

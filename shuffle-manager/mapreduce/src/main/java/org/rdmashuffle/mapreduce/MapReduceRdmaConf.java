@@ -43,8 +43,6 @@ public final class MapReduceRdmaConf {
      */
     public static final String INDEX_CACHE_MAX_BYTES = PREFIX + "indexCache.maxBytes";
     public static final long DEFAULT_INDEX_CACHE_MAX_BYTES = 10L << 20;
-    /** The auxiliary service's name in {@code yarn.nodemanager.aux-services}. */
-    public static final String SERVICE_NAME = "rdma_shuffle";
     /** Where a NodeManager keeps map outputs: {@code yarn.nodemanager.local-dirs}. */
     static final String NM_LOCAL_DIRS = "yarn.nodemanager.local-dirs";
 

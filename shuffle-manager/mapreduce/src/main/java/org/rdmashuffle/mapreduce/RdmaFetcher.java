@@ -190,11 +190,7 @@ final class RdmaFetcher<K, V> extends Thread {
         shuffle.times().registering(System.nanoTime() - asking);
         client.answered(host);
         if (reply.status() != RegisterProtocol.OK) {
-            client.useHttp(host, "its rdma-shuffle service at " + service + " refused: " + reply.reason());
-            viaHttp.addAll(batch);
-            viaHttp.addAll(left);
-            left.clear();
-            return false;
+            return refused(host, service, reply, batch, left, viaHttp);
         }
         Map<Integer, Pending<K, V>> pending = new HashMap<>();
         boolean room = true;
@@ -250,6 +246,27 @@ final class RdmaFetcher<K, V> extends Thread {
             throw e;
         }
         return room;
+    }
+
+    /**
+     * What a REGISTER of {@code batch} that {@code host}'s service did not answer OK means. Busy (every register
+     * worker taken): that batch goes over HTTP this turn, the rest of the host's maps are asked for as usual, and
+     * the host is not sent to HTTP for good, so its next turn asks again. Any other refusal: the host's outputs go
+     * over HTTP from now on, this batch and the rest with them.
+     *
+     * @return whether the rest of the host's maps ({@code left}) are still to be asked for
+     */
+    boolean refused(MapHost host, NodeAddress service, RegisterProtocol.Reply reply, List<TaskAttemptID> batch,
+                    Deque<TaskAttemptID> left, List<TaskAttemptID> viaHttp) {
+        if (reply.status() == RegisterProtocol.BUSY) {
+            viaHttp.addAll(batch);
+            return true;
+        }
+        client.useHttp(host, "its rdma-shuffle service at " + service + " refused: " + reply.reason());
+        viaHttp.addAll(batch);
+        viaHttp.addAll(left);
+        left.clear();
+        return false;
     }
 
     /** Takes every pending READ's block (or failure) and hands the bytes to the merge manager. */

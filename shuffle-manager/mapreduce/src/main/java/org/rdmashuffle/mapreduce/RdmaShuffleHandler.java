@@ -3,55 +3,53 @@ package org.rdmashuffle.mapreduce;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.io.DataInputByteBuffer;
+import org.apache.hadoop.io.WritableUtils;
+import org.apache.hadoop.mapred.ShuffleHandler;
+import org.apache.hadoop.mapreduce.security.token.JobTokenIdentifier;
+import org.apache.hadoop.security.token.Token;
 import org.apache.hadoop.yarn.server.api.ApplicationInitializationContext;
 import org.apache.hadoop.yarn.server.api.ApplicationTerminationContext;
-import org.apache.hadoop.yarn.server.api.AuxiliaryService;
-import org.apache.hadoop.yarn.server.api.ContainerInitializationContext;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The NodeManager auxiliary service {@value MapReduceRdmaConf#SERVICE_NAME}, beside Hadoop's
- * {@code mapreduce_shuffle} (which keeps serving HTTP): one transport node on the fixed port
- * {@value MapReduceRdmaConf#PORT} that reducers of {@link RdmaShuffle} READ committed map outputs from.
+ * Hadoop's {@link ShuffleHandler} with READs beside it: configured as the NodeManager's {@code mapreduce_shuffle}
+ * ({@code yarn.nodemanager.aux-services.mapreduce_shuffle.class}), it serves HTTP exactly as Hadoop's does
+ * (every lifecycle call goes to it first; its metadata, the HTTP port the ApplicationMaster reads, is its own) and
+ * opens one transport node on the fixed port {@value MapReduceRdmaConf#PORT} that reducers of {@link RdmaShuffle}
+ * READ committed map outputs from.
  *
- * <p>Every job is a realm: a connection proves the job's shuffle secret (the one its tasks hold) and can READ
- * that job's outputs only. Outputs are registered when a reducer first names them (a REGISTER message, see
- * {@link RegisterProtocol}), not when the map commits: a NodeManager is not told when a map commits, and a
- * reducer names exactly the attempt the ApplicationMaster says committed, so an obsolete attempt is never
- * registered for it. When the application stops here its table is withdrawn at once (nothing more is served to the
- * job) and its outputs are deregistered and unmapped on a thread of the service, not on the NodeManager's
- * dispatcher; all of them go when the NodeManager stops.
+ * <p>Every job is a realm: a connection proves the job's shuffle secret and can READ that job's outputs only. The
+ * secret is the password of the job token the MapReduce ApplicationMaster hands {@code mapreduce_shuffle} with
+ * each container of the job ({@link #initializeApplication}); no file of a container is read, so the service runs
+ * under any container executor. Outputs are registered when a reducer first names them (a REGISTER message, see
+ * {@link RegisterProtocol}), not when the map commits: a NodeManager is not told when a map commits, and a reducer
+ * names exactly the attempt the ApplicationMaster says committed. When the application stops here its table is
+ * withdrawn at once and its outputs are deregistered and unmapped on a thread of the service, not on the
+ * NodeManager's dispatcher; all of them go when the NodeManager stops.
  *
- * <p>Bounded like a Spark executor's node: registered bytes ({@code mapreduce.shuffle.rdma.maxRegisteredOutputBytes},
- * past which outputs go over HTTP), connections per node and per source address.
+ * <p>Only methods that {@link ShuffleHandler} has in Hadoop 3.3, 3.4 and 3.5 alike are overridden, and nothing of
+ * its internals (Netty 3 in 3.3, Netty 4 from 3.4) is touched.
  */
-public class RdmaShuffleHandler extends AuxiliaryService {
+public class RdmaShuffleHandler extends ShuffleHandler {
     private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleHandler.class);
 
-    static final String CONTAINER_EXECUTOR = "yarn.nodemanager.container-executor.class";
-    static final String DEFAULT_EXECUTOR = "org.apache.hadoop.yarn.server.nodemanager.DefaultContainerExecutor";
+    /** Service data larger than this is not a job token (one is about a hundred bytes) and is not read. */
+    static final int MAX_SERVICE_DATA_BYTES = 64 << 10;
 
     private RdmaShuffleConf rdma;
     private LocalDirs dirs;
     private ShuffleServer server;
 
+    /** Under {@link ShuffleHandler}'s own name; YARN runs it under the name it is configured as. */
     public RdmaShuffleHandler() {
-        super(MapReduceRdmaConf.SERVICE_NAME);
+        super();
     }
 
     @Override
     protected void serviceInit(Configuration conf) throws Exception {
-        String executor = conf.getTrimmed(CONTAINER_EXECUTOR, DEFAULT_EXECUTOR);
-        if (!executor.equals(DEFAULT_EXECUTOR)) {
-            // Containers run as their users: a job's task could plant credentials or link a map output to a file
-            // only the NodeManager may read, and this service does not check owners yet.
-            throw new IllegalStateException("rdma-shuffle: " + MapReduceRdmaConf.SERVICE_NAME + " runs only with "
-                    + CONTAINER_EXECUTOR + "=" + DEFAULT_EXECUTOR + ", not " + executor + " (containers running as"
-                    + " other users are not supported yet; remove it from yarn.nodemanager.aux-services)");
-        }
         rdma = MapReduceRdmaConf.from(conf); // a bad key stops the NodeManager's start with every problem listed
         super.serviceInit(conf);
     }
@@ -73,53 +71,71 @@ public class RdmaShuffleHandler extends AuxiliaryService {
         try {
             server = ShuffleServer.acquire(conf, rdma, bindHost, advertised);
         } catch (IOException | RuntimeException e) { // the transport names spark.* keys: name the user's
-            throw MapReduceRdmaConf.namingMapReduceKeys(e);
+            throw MapReduceRdmaConf.namingMapReduceKeys(bindFailure(e));
         }
-        LOG.info("rdma-shuffle: {} serves map outputs under {} at {}", MapReduceRdmaConf.SERVICE_NAME, dirs,
+        LOG.info("rdma-shuffle: {} serves map outputs under {} at {} beside its HTTP shuffle", getName(), dirs,
                 server.address());
-        super.serviceStart();
+        super.serviceStart(); // on failure the service is stopped: serviceStop releases the node
+    }
+
+    /**
+     * {@code e}, explained when it is a port already taken: with its own class loader per NodeManager
+     * ({@code yarn.nodemanager.aux-services.mapreduce_shuffle.classpath}) two NodeManagers of one process cannot
+     * share the port's node, so the second one's bind fails.
+     */
+    private Throwable bindFailure(Throwable e) {
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (t instanceof java.net.BindException) {
+                return new IOException("rdma-shuffle: " + MapReduceRdmaConf.PORT + "=" + rdma.port() + " is taken: by"
+                        + " another process, or by the service of another NodeManager of this process that has a class"
+                        + " loader of its own (yarn.nodemanager.aux-services.<service>.classpath; NodeManagers of one"
+                        + " process share the port only when the jar is on the NodeManager's class path). Run one"
+                        + " NodeManager per host, or put the jar on the NodeManager's class path", e);
+            }
+        }
+        return e;
     }
 
     @Override
     protected void serviceStop() throws Exception {
         ShuffleServer s = server;
         server = null;
-        if (s != null) {
-            s.release();
-        }
-        super.serviceStop();
-    }
-
-    /** Every container of every application: the service learns the job and its user here. */
-    @Override
-    public void initializeContainer(ContainerInitializationContext context) {
-        ShuffleServer s = server;
-        if (s != null) {
-            ApplicationId app = context.getContainerId().getApplicationAttemptId().getApplicationId();
-            s.jobs().learn(app, context.getUser(), dirs, true);
+        try {
+            if (s != null) {
+                s.release();
+            }
+        } finally {
+            super.serviceStop();
         }
     }
 
-    /** A container ended: its credentials file goes with it. */
-    @Override
-    public void stopContainer(org.apache.hadoop.yarn.server.api.ContainerTerminationContext context) {
-        ShuffleServer s = server;
-        if (s != null) {
-            s.jobs().containerStopped(context.getContainerId().getApplicationAttemptId().getApplicationId());
-        }
-    }
-
-    /** Only for jobs that name this service in {@code mapreduce.job.shuffle.provider.services}; nothing needed. */
+    /**
+     * A container of a job starts here: Hadoop's HTTP side records the job token, and this service its password,
+     * the job's shuffle secret. Service data that is no job token is refused with a WARN naming the application
+     * (and not handed to Hadoop's side, which would allocate whatever lengths it claims); nothing is thrown to the
+     * NodeManager's dispatcher.
+     */
     @Override
     public void initializeApplication(ApplicationInitializationContext context) {
+        ByteBuffer data = context.getApplicationDataForService();
+        Token<JobTokenIdentifier> token;
+        try {
+            token = readJobToken(data == null ? null : data.duplicate()); // Hadoop's side reads the buffer itself
+        } catch (IOException | RuntimeException e) {
+            LOG.warn("rdma-shuffle: application {} of {}: its service data is no job token ({}): none of its map"
+                    + " outputs are served here", context.getApplicationId(), context.getUser(), e.getMessage());
+            return;
+        }
+        super.initializeApplication(context);
         ShuffleServer s = server;
         if (s != null) {
-            s.jobs().learn(context.getApplicationId(), context.getUser(), dirs, false);
+            s.jobs().learn(context.getApplicationId(), context.getUser(), dirs, token.getPassword());
         }
     }
 
     @Override
     public void stopApplication(ApplicationTerminationContext context) {
+        super.stopApplication(context);
         ShuffleServer s = server;
         if (s == null) {
             return;
@@ -131,10 +147,41 @@ public class RdmaShuffleHandler extends AuxiliaryService {
         }
     }
 
-    /** The port reducers connect to (they learn it from their own configuration, not from this). */
-    @Override
-    public ByteBuffer getMetaData() {
-        return ByteBuffer.allocate(4).putInt(rdma == null ? 0 : rdma.port()).flip();
+    /**
+     * The job token {@code data} holds, serialized as Hadoop's {@code ShuffleHandler.serializeServiceData} writes
+     * it: identifier, password, kind and service, each a length then its bytes. Every length is checked against
+     * the bytes that remain before {@link Token#readFields} allocates it.
+     *
+     * @throws IOException when {@code data} is absent, empty, larger than {@value #MAX_SERVICE_DATA_BYTES} bytes,
+     *     or not a job token with a password
+     */
+    static Token<JobTokenIdentifier> readJobToken(ByteBuffer data) throws IOException {
+        if (data == null || !data.hasRemaining()) {
+            throw new IOException("none (a job hands its token to the service named mapreduce_shuffle only:"
+                    + " configure this service as mapreduce_shuffle)");
+        }
+        int total = data.remaining();
+        if (total > MAX_SERVICE_DATA_BYTES) {
+            throw new IOException(total + " bytes, more than " + MAX_SERVICE_DATA_BYTES);
+        }
+        DataInputByteBuffer check = new DataInputByteBuffer();
+        check.reset(data.duplicate());
+        for (String field : new String[] {"identifier", "password", "kind", "service"}) {
+            int length = WritableUtils.readVInt(check);
+            int left = total - check.getPosition();
+            if (length < 0 || length > left) {
+                throw new IOException("its " + field + " claims " + length + " bytes where " + left + " remain");
+            }
+            check.readFully(new byte[length]);
+        }
+        DataInputByteBuffer in = new DataInputByteBuffer();
+        in.reset(data.duplicate());
+        Token<JobTokenIdentifier> token = new Token<>();
+        token.readFields(in);
+        if (token.getPassword().length == 0) {
+            throw new IOException("a token without a password");
+        }
+        return token;
     }
 
     /** The running server (tests). */

@@ -175,6 +175,11 @@ final class ReducerClient implements AutoCloseable {
         return viaHttp.size();
     }
 
+    /** The pool's counters (tests: every buffer back once the task's fetchers and this client closed). */
+    org.rdmashuffle.pool.BufferPoolStats poolStats() {
+        return pool.stats();
+    }
+
     @Override
     public void close() {
         try {

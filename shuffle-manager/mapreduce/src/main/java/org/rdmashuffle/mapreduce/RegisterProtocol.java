@@ -32,6 +32,12 @@ final class RegisterProtocol {
     static final byte UNKNOWN_JOB = 1;
     /** The request breaks the protocol; the reason says how. */
     static final byte BAD_REQUEST = 2;
+    /**
+     * The service has as many REGISTERs waiting as it takes: this request's maps are fetched over HTTP this time,
+     * and the NodeManager is asked again on its next turn (a reducer older than this status takes it as a refusal
+     * and fetches from that NodeManager over HTTP from then on).
+     */
+    static final byte BUSY = 3;
 
     /** The attempt's output is in the table (its slot says registered or left to HTTP). */
     static final byte PUBLISHED = 0;

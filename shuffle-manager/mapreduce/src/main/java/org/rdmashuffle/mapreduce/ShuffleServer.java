@@ -5,10 +5,9 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapred.IndexRecord;
-import org.apache.hadoop.mapred.JobConf;
 import org.apache.hadoop.mapred.SpillRecord;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.TaskID;
@@ -33,9 +32,12 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Threads: {@link #acquire}/{@link #release} on NodeManager service threads; container and application
  * events on the NodeManager's dispatcher (never waiting for a job's lock, nor deregistering a stopped job's
- * outputs: its own thread does, {@link #dropJob}); REGISTER on the node's transport
- * thread (it reads index files: the service's only disk reads there); secret lookups on that thread answer from
- * memory, and the maintenance thread reads the credentials files.
+ * outputs: its own thread does, {@link #dropJob}); REGISTER on the register workers ({@value #REGISTER_THREADS}
+ * threads, at most {@value #REGISTER_QUEUE} waiting; past that a reducer is answered {@link RegisterProtocol#BUSY}
+ * and fetches that batch over HTTP this time), never on the node's transport thread: a REGISTER reads index files,
+ * and a slow disk must not delay the READs of every job; its connection waits for the reply meanwhile, every other
+ * is served. Secret lookups on the transport thread answer from memory
+ * (the job tokens YARN handed the service).
  */
 final class ShuffleServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleServer.class);
@@ -43,7 +45,6 @@ final class ShuffleServer implements AutoCloseable {
     private static final Map<Integer, ShuffleServer> BY_PORT = new HashMap<>();
 
     private final int port;
-    private final JobConf jobConf;
     private final ServedJobs jobs;
     /** Every job's map output indexes, bounded ({@link MapReduceRdmaConf#INDEX_CACHE_MAX_BYTES}). */
     private final IndexCache indexes;
@@ -56,17 +57,59 @@ final class ShuffleServer implements AutoCloseable {
     /** Runs work on {@link #deregistrations}, a failure of it logged once (WARN) rather than left to the thread. */
     private final java.util.concurrent.Executor jobStops;
     private int holders;
+    /** REGISTERs running at once at most. */
+    static final int REGISTER_THREADS = 2;
+    /** REGISTERs waiting for a register worker at most; one more is answered {@link RegisterProtocol#BUSY}. */
+    static final int REGISTER_QUEUE = 64;
+    /**
+     * Runs REGISTERs (index reads, mapping data files) off the node's transport thread. Started before the node (a
+     * REGISTER may come as soon as it listens); stops taking REGISTERs before the node closes and is gone after.
+     */
+    private final java.util.concurrent.ThreadPoolExecutor registers;
+    private final java.util.concurrent.atomic.AtomicLong busyReplies = new java.util.concurrent.atomic.AtomicLong();
+
+    /** What happens between the steps of registering an output's files (tests plant links there). */
+    private volatile FileSteps fileSteps = FileSteps.NONE;
+    /** Whether the WARN that this JVM cannot open map outputs safely (so serves none) was logged. */
+    private final java.util.concurrent.atomic.AtomicBoolean warnedNoSecureOpen =
+            new java.util.concurrent.atomic.AtomicBoolean();
+
+    /**
+     * A test seam: called between the steps of registering a map output's files, on the thread registering it.
+     */
+    interface FileSteps {
+        FileSteps NONE = new FileSteps() {
+        };
+
+        /** The attempt's files were found (by path); none of them is opened yet. */
+        default void located(File index, File data) {
+        }
+
+        /** The index was read; the data file is not mapped yet. */
+        default void indexRead(File index, File data) {
+        }
+    }
+
+    /** Tests: what runs between the steps of registering an output's files. */
+    void fileSteps(FileSteps steps) {
+        this.fileSteps = steps;
+    }
 
     private ShuffleServer(int port, Configuration conf, RdmaShuffleConf rdma, String bindHost, String advertisedHost)
             throws IOException {
         this.port = port;
-        this.jobConf = new JobConf(conf);
-        this.jobs = new ServedJobs(conf);
-        this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf), jobConf);
+        this.jobs = new ServedJobs();
+        this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf));
         NodeOptions options = new NodeOptions(bindHost, advertisedHost, ControlHandler.NONE, null)
                 .withSecrets(jobs::secretOf);
-        this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoPeerDirectory(),
-                "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf);
+        this.registers = registerWorkers(port);
+        try {
+            this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoPeerDirectory(),
+                    "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf);
+        } catch (IOException | RuntimeException | Error e) {
+            registers.shutdownNow();
+            throw e;
+        }
         this.deregistrations = java.util.concurrent.Executors.newSingleThreadExecutor(r -> {
             Thread t = new Thread(r, "rdma-shuffle-job-stop-" + port);
             t.setDaemon(true);
@@ -79,17 +122,6 @@ final class ShuffleServer implements AutoCloseable {
                 LOG.warn("rdma-shuffle: deregistering a stopped job's outputs failed: {}", e.toString(), e);
             }
         });
-        server.scheduleMaintenance(this::captureSecrets, CAPTURE_EVERY_MS);
-    }
-
-    private static final long CAPTURE_EVERY_MS = 500;
-
-    private void captureSecrets() {
-        try {
-            jobs.captureSecrets();
-        } catch (RuntimeException | Error e) { // a task that throws is never run again: it must not stop capturing
-            LOG.warn("rdma-shuffle: looking for jobs' credentials failed: {}", e.toString());
-        }
     }
 
     /** The port's server, started for the first NodeManager of this process that asks. */
@@ -159,6 +191,17 @@ final class ShuffleServer implements AutoCloseable {
         server.unregisterShuffle(job.shuffleId, jobStops);
     }
 
+    private static java.util.concurrent.ThreadPoolExecutor registerWorkers(int port) {
+        java.util.concurrent.atomic.AtomicInteger n = new java.util.concurrent.atomic.AtomicInteger();
+        return new java.util.concurrent.ThreadPoolExecutor(REGISTER_THREADS, REGISTER_THREADS, 0,
+                java.util.concurrent.TimeUnit.MILLISECONDS, new java.util.concurrent.ArrayBlockingQueue<>(REGISTER_QUEUE),
+                r -> {
+                    Thread t = new Thread(r, "rdma-shuffle-register-" + port + "-" + n.incrementAndGet());
+                    t.setDaemon(true);
+                    return t;
+                }, new java.util.concurrent.ThreadPoolExecutor.AbortPolicy());
+    }
+
     private ControlHandler registerHandler() {
         return new ControlHandler() {
             @Override
@@ -170,7 +213,68 @@ final class ShuffleServer implements AutoCloseable {
             public ByteBuffer onMessage(String realm, ByteBuffer request) {
                 return register(realm, request);
             }
+
+            @Override
+            public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
+                if (realm == null) {
+                    return ControlHandler.super.onMessageAsync(null, request);
+                }
+                return registerLater(realm, request);
+            }
         };
+    }
+
+    /**
+     * A REGISTER's reply from a register worker (on the node's transport thread: only this hand-over), or at once
+     * {@link RegisterProtocol#BUSY} when every worker is taken and {@value #REGISTER_QUEUE} wait already.
+     */
+    private CompletableFuture<ByteBuffer> registerLater(String realm, ByteBuffer request) {
+        RegisterTask task = new RegisterTask(realm, request);
+        try {
+            registers.execute(task);
+        } catch (java.util.concurrent.RejectedExecutionException full) {
+            long n = busyReplies.incrementAndGet();
+            if (n == 1 || n % 1000 == 0) { // counted, not logged per refusal
+                LOG.warn("rdma-shuffle: {} REGISTER(s) answered busy so far: {} are waiting for the {} register "
+                        + "workers (a slow disk?); their reducers fetch those maps over HTTP this time", n,
+                        REGISTER_QUEUE, REGISTER_THREADS);
+            }
+            task.reply.complete(RegisterProtocol.encodeRefusal(RegisterProtocol.BUSY, registers.isShutdown()
+                    ? "the service is stopping" : REGISTER_QUEUE + " REGISTERs are waiting already"));
+        }
+        return task.reply;
+    }
+
+    /** One REGISTER for a register worker; its request buffer stays valid until its reply completes. */
+    private final class RegisterTask implements Runnable {
+        final String realm;
+        final ByteBuffer request;
+        final CompletableFuture<ByteBuffer> reply = new CompletableFuture<>();
+
+        RegisterTask(String realm, ByteBuffer request) {
+            this.realm = realm;
+            this.request = request;
+        }
+
+        @Override
+        public void run() {
+            try {
+                reply.complete(register(realm, request));
+            } catch (Throwable t) { // the reducer hears HANDLER_FAILED; the worker goes on
+                LOG.warn("rdma-shuffle: a REGISTER of job {} failed: {}", realm, t.toString(), t);
+                reply.completeExceptionally(t);
+            }
+        }
+    }
+
+    /** REGISTERs answered {@link RegisterProtocol#BUSY} since the server started. */
+    long busyReplies() {
+        return busyReplies.get();
+    }
+
+    /** The register workers (tests fill them to see what a REGISTER gets meanwhile). */
+    java.util.concurrent.Executor registerWorkers() {
+        return registers;
     }
 
     /** Answers a REGISTER from a connection authenticated for {@code realm}. */
@@ -233,58 +337,85 @@ final class ShuffleServer implements AutoCloseable {
             return MapState.HTTP;
         }
         IndexCache.Key key = new IndexCache.Key(job.shuffleId, m.mapIndex(), m.attempt());
+        TaskAttemptID attempt = new TaskAttemptID(new TaskID(job.jobId, TaskType.MAP, m.mapIndex()), m.attempt());
         if (reg == null || reg.attempt() != m.attempt()) {
-            TaskAttemptID attempt = new TaskAttemptID(new TaskID(job.jobId, TaskType.MAP, m.mapIndex()), m.attempt());
             IndexCache.Located files = indexes.locate(job, attempt, key);
             if (files == null) {
                 LOG.debug("rdma-shuffle: output of {} is not on this NodeManager", attempt);
                 return MapState.GONE;
             }
-            File index = files.index();
-            File data = files.data();
-            // Only plain files (not links, pipes or devices), and an index of exactly the job's reduces: nothing
-            // else is opened, read into memory or mapped.
-            long indexBytes = LocalDirs.plainFileLength(index);
-            long dataBytes = LocalDirs.plainFileLength(data);
-            if (indexBytes < 0 || dataBytes < 0) {
-                LOG.warn("rdma-shuffle: {} or {} is not a plain file: the output of {} is not served", index, data,
-                        attempt);
-                return MapState.GONE;
-            }
-            if (indexBytes != (long) r.numReduces() * INDEX_RECORD_BYTES + INDEX_CHECKSUM_BYTES) {
-                LOG.warn("rdma-shuffle: index {} ({} bytes) is not one of {} partitions: that output goes over HTTP",
-                        index, indexBytes, r.numReduces());
-                return MapState.HTTP;
-            }
-            SpillRecord spill;
+            fileSteps.located(files.index(), files.data());
+            // Only plain files reached from the local dir through directories (no link, pipe or device), opened so
+            // that what is checked is what is read and mapped, and an index of exactly the job's reduces: nothing
+            // else is read into memory or mapped.
+            LocalDirs.OpenedFiles opened;
             try {
-                spill = indexes.read(index);
+                opened = LocalDirs.openPlainFiles(files.dir(), files.below(), IndexCache.INDEX, IndexCache.DATA);
+            } catch (LocalDirs.NoSecureOpen e) {
+                if (warnedNoSecureOpen.compareAndSet(false, true)) {
+                    LOG.warn("rdma-shuffle: map outputs are served over HTTP only: {}", e.getMessage());
+                }
+                return MapState.HTTP;
             } catch (IOException e) {
-                LOG.warn("rdma-shuffle: cannot read the index of {}: {}", attempt, e.toString());
+                LOG.warn("rdma-shuffle: the output of {} is not served: {}", attempt, e.toString());
                 return MapState.GONE;
             }
-            long[] offsets = offsets(spill, r.numReduces(), dataBytes);
-            if (offsets == null) {
-                LOG.warn("rdma-shuffle: index {} ({} partitions) does not describe {} ({} bytes) of a job of {}"
-                        + " reduces contiguously: that output goes over HTTP", index, spill.size(), data,
-                        dataBytes, r.numReduces());
-                return MapState.HTTP;
+            try {
+                return publish(job, r, m, attempt, key, files, opened.get(0), opened.get(1));
+            } catch (IOException e) {
+                LOG.warn("rdma-shuffle: the output of {} is not served: {}", attempt, e.toString());
+                return MapState.GONE;
+            } finally {
+                try {
+                    opened.close(); // what was mapped stays mapped
+                } catch (IOException e) {
+                    LOG.debug("rdma-shuffle: closing the files of {} failed", attempt, e);
+                }
             }
-            server.publish(job.shuffleId, job.numMaps, m.mapIndex(), m.attempt(), data, offsets);
-            reg = new ServedJobs.Registered(m.attempt(), index);
-            job.outputs.put(m.mapIndex(), reg);
-            indexes.put(key, spill);
-            IndexRecord rec = spill.getIndex(r.reduce());
-            return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
         }
         SpillRecord spill;
         try {
-            spill = indexes.get(key, reg.index(), r.numReduces());
+            spill = indexes.get(key, IndexCache.Located.of(reg.index(), IndexCache.attemptDir(job, attempt)),
+                    r.numReduces());
         } catch (IOException e) { // dropped from memory, and its file is gone or changed since it was registered
             LOG.warn("rdma-shuffle: cannot read the index of map {} attempt {} of job {} again: {}", m.mapIndex(),
                     m.attempt(), job.realm(), e.toString());
             return MapState.GONE;
         }
+        IndexRecord rec = spill.getIndex(r.reduce());
+        return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
+    }
+
+    /** Reads the opened index, publishes the opened data file with its offsets, and says what the reducer finds. */
+    private MapState publish(ServedJobs.Job job, RegisterProtocol.Request r, MapAttempt m, TaskAttemptID attempt,
+                             IndexCache.Key key, IndexCache.Located files, java.nio.channels.FileChannel index,
+                             java.nio.channels.FileChannel data) throws IOException {
+        long indexBytes = index.size();
+        long dataBytes = data.size();
+        if (indexBytes != (long) r.numReduces() * INDEX_RECORD_BYTES + INDEX_CHECKSUM_BYTES) {
+            LOG.warn("rdma-shuffle: index {} ({} bytes) is not one of {} partitions: that output goes over HTTP",
+                    files.index(), indexBytes, r.numReduces());
+            return MapState.HTTP;
+        }
+        SpillRecord spill;
+        try {
+            spill = indexes.read(index, files.index().toString(), r.numReduces());
+        } catch (IOException e) {
+            LOG.warn("rdma-shuffle: cannot read the index of {}: {}", attempt, e.toString());
+            return MapState.GONE;
+        }
+        fileSteps.indexRead(files.index(), files.data());
+        long[] offsets = offsets(spill, r.numReduces(), dataBytes);
+        if (offsets == null) {
+            LOG.warn("rdma-shuffle: index {} ({} partitions) does not describe {} ({} bytes) of a job of {}"
+                    + " reduces contiguously: that output goes over HTTP", files.index(), spill.size(), files.data(),
+                    dataBytes, r.numReduces());
+            return MapState.HTTP;
+        }
+        server.publish(job.shuffleId, job.numMaps, m.mapIndex(), m.attempt(), data, files.data().toString(),
+                offsets);
+        job.outputs.put(m.mapIndex(), new ServedJobs.Registered(m.attempt(), files.index()));
+        indexes.put(key, spill);
         IndexRecord rec = spill.getIndex(r.reduce());
         return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
     }
@@ -315,15 +446,35 @@ final class ShuffleServer implements AutoCloseable {
     }
 
     /**
-     * Stops taking job stops (one from now on is deregistered on its caller), then closes the server: it closes
-     * every output table — a stopped job's too, whose deregistration the worker has under way (waited for) or
-     * queued — before its node, so no region is deregistered after the node closed. What the worker still has
-     * queued finds its table closed and is dropped.
+     * Stops taking REGISTERs (one from now on is answered busy; those still waiting for a worker are answered so
+     * too) and waits for the running ones (at most 10 s: they publish into the tables), stops taking job stops
+     * (one from now on is deregistered on its caller), then closes the server: it closes every output table — a
+     * stopped job's too, whose deregistration the worker has under way (waited for) or queued — before its node,
+     * so no region is deregistered after the node closed. What the worker still has queued finds its table closed
+     * and is dropped. The register workers' threads go last.
      */
     @Override
     public void close() {
+        registers.shutdown();
+        java.util.List<Runnable> waiting = new java.util.ArrayList<>();
+        registers.getQueue().drainTo(waiting);
+        for (Runnable r : waiting) {
+            ((RegisterTask) r).reply.complete(RegisterProtocol.encodeRefusal(RegisterProtocol.BUSY,
+                    "the service is stopping"));
+        }
+        try {
+            if (!registers.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS)) {
+                LOG.warn("rdma-shuffle: REGISTERs still running after 10 s as the service on port {} stops", port);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
         deregistrations.shutdown();
-        server.close();
-        deregistrations.shutdownNow();
+        try {
+            server.close();
+        } finally {
+            deregistrations.shutdownNow();
+            registers.shutdownNow();
+        }
     }
 }

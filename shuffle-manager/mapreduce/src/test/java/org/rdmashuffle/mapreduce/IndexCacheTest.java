@@ -33,8 +33,8 @@ class IndexCacheTest {
     private ServedJobs.Job job(int appNumber) {
         Configuration c = new Configuration(false);
         c.set(MapReduceRdmaConf.NM_LOCAL_DIRS, dir.toString());
-        return new ServedJobs(c).learn(ApplicationId.newInstance(1_700_000_000_000L, appNumber), USER,
-                new LocalDirs(null, c), false);
+        return new ServedJobs().learn(ApplicationId.newInstance(1_700_000_000_000L, appNumber), USER,
+                new LocalDirs(null, c), "secret".getBytes());
     }
 
     private Path outputDir(ServedJobs.Job job, TaskAttemptID attempt) {
@@ -68,7 +68,7 @@ class IndexCacheTest {
         int maps = 40;
         int reduces = 50; // 1,200 bytes per index, 48,000 in all
         long limit = 10_000;
-        IndexCache cache = new IndexCache(limit, new JobConf());
+        IndexCache cache = new IndexCache(limit);
         ServedJobs.Job job = job(1);
         File[] files = new File[maps];
         for (int m = 0; m < maps; m++) {
@@ -76,13 +76,14 @@ class IndexCacheTest {
             IndexCache.Key key = new IndexCache.Key(job.shuffleId, m, 0);
             IndexCache.Located at = cache.locate(job, attempt(job, m, 0), key);
             assertNotNull(at);
-            cache.put(key, cache.read(at.index()));
+            cache.put(key, cache.read(at, reduces));
             assertTrue(cache.heldBytes() <= limit, cache.heldBytes() + " > " + limit);
         }
         assertEquals(8 * reduces * ShuffleServer.INDEX_RECORD_BYTES, cache.heldBytes(), "eight whole indexes fit");
         long reads = cache.indexReads();
         for (int m = 0; m < maps; m++) {
-            SpillRecord s = cache.get(new IndexCache.Key(job.shuffleId, m, 0), files[m], reduces);
+            SpillRecord s = cache.get(new IndexCache.Key(job.shuffleId, m, 0),
+                    IndexCache.Located.of(files[m], IndexCache.attemptDir(job, attempt(job, m, 0))), reduces);
             for (int p = 0; p < reduces; p++) {
                 assertEquals(1000L * m + p, s.getIndex(p).partLength);
                 assertEquals(2 * (1000L * m + p), s.getIndex(p).rawLength);
@@ -97,17 +98,18 @@ class IndexCacheTest {
 
     @Test
     void shouldNotAnswerFromAnIndexFileThatChangedAfterItWasDropped() throws Exception {
-        IndexCache cache = new IndexCache(0, new JobConf()); // holds nothing: every ask reads the file
+        IndexCache cache = new IndexCache(0); // holds nothing: every ask reads the file
         ServedJobs.Job job = job(2);
         File index = writeIndex(job, 0, 4);
         Files.write(index.toPath(), new byte[3]);
-        assertThrows(IOException.class, () -> cache.get(new IndexCache.Key(job.shuffleId, 0, 0), index, 4));
+        assertThrows(IOException.class, () -> cache.get(new IndexCache.Key(job.shuffleId, 0, 0),
+                IndexCache.Located.of(index, IndexCache.attemptDir(job, attempt(job, 0, 0))), 4));
     }
 
     @Test
     void shouldRememberAMissingOutputForASecondThenLookAgainAndForgetItWithItsJob() throws Exception {
         AtomicLong now = new AtomicLong();
-        IndexCache cache = new IndexCache(1 << 20, new JobConf(), now::get);
+        IndexCache cache = new IndexCache(1 << 20, now::get);
         ServedJobs.Job job = job(3);
         IndexCache.Key key = new IndexCache.Key(job.shuffleId, 0, 0);
         assertNull(cache.locate(job, attempt(job, 0, 0), key));

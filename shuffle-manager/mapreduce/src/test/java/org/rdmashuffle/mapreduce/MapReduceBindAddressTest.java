@@ -4,8 +4,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.rdmashuffle.mapreduce.ServiceFixture.messages;
 
-import java.net.ServerSocket;
 import java.nio.file.Path;
 import org.apache.hadoop.conf.Configuration;
 import org.junit.jupiter.api.Test;
@@ -24,31 +24,16 @@ class MapReduceBindAddressTest {
     Path dir;
 
     private Configuration conf(String bindAddress) throws Exception {
-        Configuration c = new Configuration(false);
-        c.set(MapReduceRdmaConf.NM_LOCAL_DIRS, dir.toString());
-        try (ServerSocket s = new ServerSocket(0)) {
-            c.set(MapReduceRdmaConf.PORT, Integer.toString(s.getLocalPort()));
-        }
-        c.set(MapReduceRdmaConf.PREFIX + "provider", "tcp");
+        Configuration c = ServiceFixture.nodeManagerConf(dir, ServiceFixture.freePort());
+        c.unset(MapReduceRdmaConf.BIND_HOST);
         c.set(KEY, bindAddress);
-        c.set("yarn.nodemanager.hostname", "127.0.0.1");
         return c;
-    }
-
-    private static String messages(Throwable e) {
-        StringBuilder b = new StringBuilder();
-        for (Throwable t = e; t != null; t = t.getCause()) {
-            b.append(t.getMessage()).append(" | ");
-        }
-        return b.toString();
     }
 
     @Test
     @Timeout(30)
     void shouldListenOnTheBoundAddressWhenBindAddressIsSet() throws Exception {
-        RdmaShuffleHandler service = new RdmaShuffleHandler();
-        service.init(conf("127.0.0.2"));
-        service.start();
+        RdmaShuffleHandler service = ServiceFixture.started(conf("127.0.0.2"));
         try {
             assertEquals("127.0.0.2", service.server().address().host());
         } finally {

@@ -13,23 +13,13 @@ import java.net.ServerSocket;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.SplittableRandom;
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.mapred.IndexRecord;
-import org.apache.hadoop.mapred.JobConf;
-import org.apache.hadoop.mapred.SpillRecord;
 import org.apache.hadoop.mapreduce.JobID;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.TaskID;
 import org.apache.hadoop.mapreduce.TaskType;
-import org.apache.hadoop.mapreduce.security.TokenCache;
-import org.apache.hadoop.security.Credentials;
-import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
-import org.apache.hadoop.yarn.api.records.ContainerId;
-import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.server.api.ApplicationTerminationContext;
-import org.apache.hadoop.yarn.server.api.ContainerInitializationContext;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -44,9 +34,9 @@ import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.RegionDescriptor;
 
 /**
- * The NodeManager service without a cluster: NodeManager local dirs laid out as YARN lays them out (a container's
- * {@code container_tokens}, map outputs under {@code output/<attempt>/}), the service started as a NodeManager
- * starts it, and reducers' clients over real sockets.
+ * The NodeManager service without a cluster: NodeManager local dirs laid out as YARN lays them out (map outputs
+ * under {@code output/<attempt>/}), the service started as a NodeManager starts it, each job handed to it with its
+ * job token as YARN hands it ({@link ServiceFixture}), and reducers' clients over real sockets.
  */
 class RdmaShuffleHandlerTest {
     private static final String USER = "alice";
@@ -65,9 +55,7 @@ class RdmaShuffleHandlerTest {
             port = s.getLocalPort();
         }
         nmConf = nodeManagerConf(dir.resolve("nm1"));
-        service = new RdmaShuffleHandler();
-        service.init(nmConf);
-        service.start();
+        service = ServiceFixture.started(nmConf);
     }
 
     @AfterEach
@@ -77,76 +65,17 @@ class RdmaShuffleHandlerTest {
 
     private Configuration nodeManagerConf(Path localDir) throws IOException {
         Files.createDirectories(localDir);
-        Configuration c = new Configuration(false);
-        c.set(MapReduceRdmaConf.NM_LOCAL_DIRS, localDir.toString());
-        c.set(MapReduceRdmaConf.PORT, Integer.toString(port));
-        c.set(MapReduceRdmaConf.PREFIX + "provider", "tcp");
-        c.set(MapReduceRdmaConf.PREFIX + "bindHost", "127.0.0.1");
-        c.set("yarn.nodemanager.hostname", "127.0.0.1");
-        return c;
+        return ServiceFixture.nodeManagerConf(localDir, port);
     }
 
-    /**
-     * An application with a container on the NodeManager of {@code localDir} that holds {@code secret}, running until
-     * the service captured the secret (as a real container runs for seconds).
-     */
-    private static JobID runContainer(RdmaShuffleHandler nm, Path localDir, int appNumber, byte[] secret)
-            throws Exception {
-        JobID job = startContainer(nm, localDir, appNumber, secret);
-        awaitSecret(nm, job);
-        return job;
-    }
-
-    /** A container of a new application that starts holding {@code secret} (none when null); returns its job. */
-    private static JobID startContainer(RdmaShuffleHandler nm, Path localDir, int appNumber, byte[] secret)
-            throws IOException {
-        ApplicationId app = ApplicationId.newInstance(1_700_000_000_000L, appNumber);
-        ContainerId container = ContainerId.newContainerId(ApplicationAttemptId.newInstance(app, 1), 1);
-        Path containerDir = localDir.resolve(LocalDirs.appBase(USER, app.toString())).resolve(container.toString());
-        Files.createDirectories(containerDir);
-        if (secret != null) {
-            writeTokens(containerDir, secret);
-        }
-        nm.initializeContainer(new ContainerInitializationContext(USER, container, Resource.newInstance(512, 1)));
-        return new JobID(Long.toString(app.getClusterTimestamp()), app.getId());
-    }
-
-    private static void writeTokens(Path containerDir, byte[] secret) throws IOException {
-        Credentials creds = new Credentials();
-        TokenCache.setShuffleSecretKey(secret, creds);
-        creds.writeTokenStorageFile(new org.apache.hadoop.fs.Path(containerDir.resolve("container_tokens").toString()),
-                new Configuration(false));
-    }
-
-    private static void awaitSecret(RdmaShuffleHandler nm, JobID job) throws InterruptedException {
-        long deadline = System.nanoTime() + 10_000_000_000L;
-        while (!nm.server().jobs().hasSecret(job.toString()) && System.nanoTime() < deadline) {
-            Thread.sleep(50);
-        }
-        assertTrue(nm.server().jobs().hasSecret(job.toString()), "the service captured the secret of " + job);
+    /** Application {@code appNumber} initialized on {@code nm} as YARN does, with its job token of {@code secret}. */
+    private static JobID initJob(RdmaShuffleHandler nm, int appNumber, byte[] secret) throws IOException {
+        return ServiceFixture.initJob(nm, USER, appNumber, secret);
     }
 
     /** Writes map {@code map}'s attempt output of {@link #REDUCES} partitions of random bytes; returns them. */
     private static byte[][] writeMapOutput(Path localDir, JobID job, int map, int attempt, long seed) throws IOException {
-        ApplicationId app = ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId());
-        TaskAttemptID id = new TaskAttemptID(new TaskID(job, TaskType.MAP, map), attempt);
-        Path out = localDir.resolve(LocalDirs.appBase(USER, app.toString())).resolve("output").resolve(id.toString());
-        Files.createDirectories(out);
-        SplittableRandom rnd = new SplittableRandom(seed);
-        byte[][] parts = new byte[REDUCES][];
-        SpillRecord index = new SpillRecord(REDUCES);
-        long at = 0;
-        try (var data = Files.newOutputStream(out.resolve("file.out"))) {
-            for (int p = 0; p < REDUCES; p++) {
-                parts[p] = new byte[1 + rnd.nextInt(100_000)];
-                rnd.nextBytes(parts[p]);
-                data.write(parts[p]);
-                index.putIndex(new IndexRecord(at, parts[p].length * 2L, parts[p].length), p);
-                at += parts[p].length;
-            }
-        }
-        index.writeToFile(new org.apache.hadoop.fs.Path(out.resolve("file.out.index").toString()), new JobConf());
-        return parts;
+        return ServiceFixture.writeMapOutput(localDir, USER, job, map, attempt, REDUCES, seed);
     }
 
     private ReducerClient reducer(JobID job, byte[] secret) throws IOException {
@@ -180,7 +109,7 @@ class RdmaShuffleHandlerTest {
     @Test
     void shouldServeEachMapsPartitionToAReducerHoldingItsJobsSecretWithTheLengthsOfItsIndex() throws Exception {
         byte[] secret = "secret-of-job-1".getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 1, secret);
+        JobID job = initJob(service, 1, secret);
         byte[][][] outputs = new byte[MAPS][][];
         for (int m = 0; m < MAPS; m++) {
             outputs[m] = writeMapOutput(dir.resolve("nm1"), job, m, 0, 100 + m);
@@ -205,7 +134,7 @@ class RdmaShuffleHandlerTest {
 
     @Test
     void shouldRefuseAReducerWithoutTheJobsSecretBeforeAnyByte() throws Exception {
-        JobID job = runContainer(service, dir.resolve("nm1"), 2, "the-real-secret".getBytes());
+        JobID job = initJob(service, 2, "the-real-secret".getBytes());
         writeMapOutput(dir.resolve("nm1"), job, 0, 0, 1);
         try (ReducerClient client = reducer(job, "a-guessed-secret".getBytes())) {
             IOException e = assertThrows(IOException.class,
@@ -220,8 +149,8 @@ class RdmaShuffleHandlerTest {
     void shouldNotLetAReducerOfAnotherJobReadAJobsOutputsEvenWithItsTableDescriptor() throws Exception {
         byte[] secretA = "secret-A".getBytes();
         byte[] secretB = "secret-B".getBytes();
-        JobID jobA = runContainer(service, dir.resolve("nm1"), 3, secretA);
-        JobID jobB = runContainer(service, dir.resolve("nm1"), 4, secretB);
+        JobID jobA = initJob(service, 3, secretA);
+        JobID jobB = initJob(service, 4, secretB);
         byte[][] a = writeMapOutput(dir.resolve("nm1"), jobA, 0, 0, 7);
         writeMapOutput(dir.resolve("nm1"), jobB, 0, 0, 8);
         try (ReducerClient clientA = reducer(jobA, secretA); ReducerClient clientB = reducer(jobB, secretB)) {
@@ -242,7 +171,7 @@ class RdmaShuffleHandlerTest {
     @Test
     void shouldAnswerMissingForAnAttemptWhoseOutputIsNotOnTheNodeManager() throws Exception {
         byte[] secret = "s".repeat(20).getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 5, secret);
+        JobID job = initJob(service, 5, secret);
         writeMapOutput(dir.resolve("nm1"), job, 0, 0, 1);
         try (ReducerClient client = reducer(job, secret)) {
             RegisterProtocol.Reply r = register(client, service(client), 0, new MapAttempt(0, 0), new MapAttempt(1, 0),
@@ -263,7 +192,7 @@ class RdmaShuffleHandlerTest {
         service.init(nmConf);
         service.start();
         byte[] secret = "secret-of-a-big-job".getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 40, secret);
+        JobID job = initJob(service, 40, secret);
         byte[][][] outputs = new byte[MAPS][][];
         for (int m = 0; m < MAPS; m++) {
             outputs[m] = writeMapOutput(dir.resolve("nm1"), job, m, 0, 400 + m);
@@ -290,7 +219,7 @@ class RdmaShuffleHandlerTest {
     @Test
     void shouldLookForAMissingOutputOnDiskOnceWhenReducersAskAgainAndAgain() throws Exception {
         byte[] secret = "secret-of-job-41".getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 41, secret);
+        JobID job = initJob(service, 41, secret);
         IndexCache indexes = service.server().indexes();
         try (ReducerClient client = reducer(job, secret)) {
             NodeAddress at = service(client);
@@ -306,7 +235,7 @@ class RdmaShuffleHandlerTest {
     @Test
     void shouldServeTheAttemptAReducerNamesAndLeaveAnOlderOnesReadersToHttp() throws Exception {
         byte[] secret = "rerun".repeat(5).getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 6, secret);
+        JobID job = initJob(service, 6, secret);
         writeMapOutput(dir.resolve("nm1"), job, 0, 0, 1);
         byte[][] second = writeMapOutput(dir.resolve("nm1"), job, 0, 1, 2);
         try (ReducerClient client = reducer(job, secret)) {
@@ -328,37 +257,9 @@ class RdmaShuffleHandlerTest {
     }
 
     @Test
-    void shouldKeepAJobsSecretCapturedWhileItsContainerRanAfterTheNodeManagerDeletedTheContainersFiles()
-            throws Exception {
-        byte[] secret = "captured".repeat(3).getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 10, secret);
-        byte[][] parts = writeMapOutput(dir.resolve("nm1"), job, 2, 0, 4);
-        ApplicationId app = ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId());
-        Path appDir = dir.resolve("nm1").resolve(LocalDirs.appBase(USER, app.toString()));
-        long deadline = System.nanoTime() + 10_000_000_000L;
-        while (!service.server().jobs().hasSecret(job.toString()) && System.nanoTime() < deadline) {
-            Thread.sleep(100);
-        }
-        assertTrue(service.server().jobs().hasSecret(job.toString()), "captured while the container ran");
-        try (var containers = Files.list(appDir)) { // the container ended: YARN deletes its directory
-            for (Path c : containers.filter(p -> p.getFileName().toString().startsWith("container_")).toList()) {
-                try (var files = Files.walk(c)) {
-                    for (Path f : files.sorted(java.util.Comparator.reverseOrder()).toList()) {
-                        Files.delete(f);
-                    }
-                }
-            }
-        }
-        try (ReducerClient client = reducer(job, secret)) {
-            RegisterProtocol.Reply r = register(client, service(client), 3, new MapAttempt(2, 0));
-            assertArrayEquals(parts[3], read(client, service(client), r.table(), 2, 0, 3));
-        }
-    }
-
-    @Test
     void shouldRefuseLyingRegistersAndKeepServing() throws Exception {
         byte[] secret = "liar".repeat(5).getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 7, secret);
+        JobID job = initJob(service, 7, secret);
         byte[][] parts = writeMapOutput(dir.resolve("nm1"), job, 0, 0, 1);
         try (ReducerClient client = reducer(job, secret)) {
             NodeAddress at = service(client);
@@ -392,7 +293,7 @@ class RdmaShuffleHandlerTest {
     @Test
     void shouldDeregisterAJobsOutputsWhenItsApplicationStopsAndRefuseItsReducersAfter() throws Exception {
         byte[] secret = "stopping".repeat(3).getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 8, secret);
+        JobID job = initJob(service, 8, secret);
         writeMapOutput(dir.resolve("nm1"), job, 1, 0, 3);
         try (ReducerClient client = reducer(job, secret)) {
             register(client, service(client), 0, new MapAttempt(1, 0));
@@ -411,7 +312,7 @@ class RdmaShuffleHandlerTest {
     void shouldStopAJobWithoutDeregisteringItsOutputsOnTheDispatcherAndGiveItsReducersNothingMeanwhile()
             throws Exception {
         byte[] secret = "many-outputs".getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 15, secret);
+        JobID job = initJob(service, 15, secret);
         int regionsBefore = service.server().outputs().node().stats().registeredRegions();
         byte[][][] parts = new byte[MAPS][][];
         for (int m = 0; m < MAPS; m++) {
@@ -496,7 +397,7 @@ class RdmaShuffleHandlerTest {
             assertTrue(warnings.get(0).contains("deregistering region 7 failed"), warnings.get(0));
             // and the next job's stop still runs
             byte[] secret = "after-a-failed-stop".getBytes();
-            JobID job = runContainer(service, dir.resolve("nm1"), 16, secret);
+            JobID job = initJob(service, 16, secret);
             writeMapOutput(dir.resolve("nm1"), job, 0, 0, 30);
             try (ReducerClient client = reducer(job, secret)) {
                 register(client, service(client), 0, new MapAttempt(0, 0));
@@ -525,8 +426,8 @@ class RdmaShuffleHandlerTest {
             assertNotNull(nm2.server());
             assertTrue(nm2.server() == service.server(), "one node per port in a process");
             byte[] secret = "shared".repeat(4).getBytes();
-            JobID job = runContainer(service, dir.resolve("nm1"), 9, secret);
-            runContainer(nm2, nm2Dir, 9, secret);
+            JobID job = initJob(service, 9, secret);
+            initJob(nm2, 9, secret);
             byte[][] onFirst = writeMapOutput(dir.resolve("nm1"), job, 0, 0, 5);
             byte[][] onSecond = writeMapOutput(nm2Dir, job, 1, 0, 6);
             try (ReducerClient client = reducer(job, secret)) {
@@ -564,7 +465,7 @@ class RdmaShuffleHandlerTest {
     @Test
     void shouldServeOnlyPlainFilesAndIndexesOfTheJobsReduceCount() throws Exception {
         byte[] secret = "plain-files".getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 11, secret);
+        JobID job = initJob(service, 11, secret);
         byte[][] parts = writeMapOutput(dir.resolve("nm1"), job, 0, 0, 11);
         // map 1: its file.out a link to a file the service may read but no reducer may
         writeMapOutput(dir.resolve("nm1"), job, 1, 0, 12);
@@ -590,7 +491,7 @@ class RdmaShuffleHandlerTest {
     @org.junit.jupiter.api.Timeout(60) // without the check, the REGISTER would block the node on the pipe for good
     void shouldNotBlockOnAPipeNamedAsAnIndex() throws Exception {
         byte[] secret = "fifo".repeat(4).getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 12, secret);
+        JobID job = initJob(service, 12, secret);
         writeMapOutput(dir.resolve("nm1"), job, 0, 0, 14);
         Path index = outputDir(dir.resolve("nm1"), job, 0, 0).resolve("file.out.index");
         Files.delete(index);
@@ -608,29 +509,9 @@ class RdmaShuffleHandlerTest {
     }
 
     @Test
-    void shouldRefuseAJobWhoseSecretIsNotCapturedYetThenServeItOnceTheMaintenanceThreadFoundIt() throws Exception {
-        byte[] secret = "late-tokens".getBytes();
-        JobID job = startContainer(service, dir.resolve("nm1"), 13, null); // its credentials are not written yet
-        writeMapOutput(dir.resolve("nm1"), job, 0, 0, 15);
-        try (ReducerClient client = reducer(job, secret)) {
-            IOException e = assertThrows(IOException.class, () -> register(client, service(client), 0,
-                    new MapAttempt(0, 0)));
-            assertTrue(e.getMessage().contains("realm"), e.getMessage());
-        }
-        ApplicationId app = ApplicationId.newInstance(Long.parseLong(job.getJtIdentifier()), job.getId());
-        Path containerDir = dir.resolve("nm1").resolve(LocalDirs.appBase(USER, app.toString()))
-                .resolve(ContainerId.newContainerId(ApplicationAttemptId.newInstance(app, 1), 1).toString());
-        writeTokens(containerDir, secret);
-        awaitSecret(service, job); // the refused connection asked the maintenance thread to look again
-        try (ReducerClient client = reducer(job, secret)) {
-            assertEquals(RegisterProtocol.OK, register(client, service(client), 0, new MapAttempt(0, 0)).status());
-        }
-    }
-
-    @Test
     void shouldStopAnApplicationWithoutWaitingForARegisterThatHoldsItsJob() throws Exception {
         byte[] secret = "busy-job".getBytes();
-        JobID job = runContainer(service, dir.resolve("nm1"), 14, secret);
+        JobID job = initJob(service, 14, secret);
         ServedJobs.Job served = service.server().jobs().job(job.toString());
         java.util.concurrent.CountDownLatch held = new java.util.concurrent.CountDownLatch(1);
         java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
@@ -659,15 +540,145 @@ class RdmaShuffleHandlerTest {
         assertEquals(null, service.server().jobs().job(job.toString()));
     }
 
+    /** Waits until a thread is blocked in {@link ShuffleServer#register} (on its job's lock): a REGISTER under way. */
+    private static void awaitRegisterBlocked() throws InterruptedException {
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        while (System.nanoTime() < deadline) {
+            for (var e : Thread.getAllStackTraces().entrySet()) {
+                if (e.getKey().getState() == Thread.State.BLOCKED && java.util.Arrays.stream(e.getValue()).anyMatch(
+                        f -> f.getClassName().equals(ShuffleServer.class.getName())
+                                && f.getMethodName().equals("register"))) {
+                    return;
+                }
+            }
+            Thread.sleep(20);
+        }
+        throw new AssertionError("no REGISTER reached its job's lock within 30 s");
+    }
+
     @Test
-    void shouldRefuseToStartWhereContainersRunAsTheirUsers() throws Exception {
-        Configuration c = nodeManagerConf(dir.resolve("lce"));
-        c.set(RdmaShuffleHandler.CONTAINER_EXECUTOR,
-                "org.apache.hadoop.yarn.server.nodemanager.LinuxContainerExecutor");
-        RdmaShuffleHandler h = new RdmaShuffleHandler();
-        Exception e = assertThrows(Exception.class, () -> h.init(c));
-        String said = String.valueOf(e.getMessage()) + " " + e.getCause();
-        assertTrue(said.contains("LinuxContainerExecutor") && said.contains("DefaultContainerExecutor"), said);
+    @org.junit.jupiter.api.Timeout(180)
+    void shouldServeAnotherJobsReadWhileARegisterWaitsOnItsJobsSlowDisk() throws Exception {
+        byte[] slowSecret = "slow-disk-job".getBytes();
+        byte[] otherSecret = "other-job".getBytes();
+        Path nm1 = dir.resolve("nm1");
+        JobID slow = initJob(service, 15, slowSecret);
+        JobID other = initJob(service, 16, otherSecret);
+        writeMapOutput(nm1, slow, 0, 0, 16);
+        byte[][] parts = writeMapOutput(nm1, other, 0, 0, 17);
+        try (ReducerClient slowReducer = reducer(slow, slowSecret);
+             ReducerClient otherReducer = reducer(other, otherSecret)) {
+            RegisterProtocol.Reply registered = register(otherReducer, service(otherReducer), 2, new MapAttempt(0, 0));
+            assertEquals(RegisterProtocol.OK, registered.status());
+            ServedJobs.Job held = service.server().jobs().job(slow.toString());
+            java.util.concurrent.CountDownLatch holding = new java.util.concurrent.CountDownLatch(1);
+            java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+            Thread disk = new Thread(() -> {
+                synchronized (held) { // as a REGISTER of the job reading a slow disk holds it
+                    holding.countDown();
+                    try {
+                        release.await();
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+            });
+            disk.start();
+            java.util.concurrent.CompletableFuture<RegisterProtocol.Reply> waiting;
+            try {
+                holding.await();
+                waiting = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+                    try {
+                        return register(slowReducer, service(slowReducer), 1, new MapAttempt(0, 0));
+                    } catch (Exception e) {
+                        throw new java.util.concurrent.CompletionException(e);
+                    }
+                });
+                awaitRegisterBlocked();
+                java.util.concurrent.CompletableFuture<byte[]> read = java.util.concurrent.CompletableFuture.supplyAsync(
+                        () -> {
+                            try {
+                                return read(otherReducer, service(otherReducer), registered.table(), 0, 0, 2);
+                            } catch (Exception e) {
+                                throw new java.util.concurrent.CompletionException(e);
+                            }
+                        });
+                byte[] got;
+                try {
+                    got = read.get(60, java.util.concurrent.TimeUnit.SECONDS);
+                } catch (java.util.concurrent.TimeoutException e) {
+                    throw new AssertionError("another job's READ waited for a REGISTER held on its job's disk", e);
+                }
+                assertArrayEquals(parts[2], got);
+                assertFalse(waiting.isDone(), "the held REGISTER was answered before its job's disk let it go");
+            } finally {
+                release.countDown();
+                disk.join();
+            }
+            RegisterProtocol.Reply late = waiting.get(60, java.util.concurrent.TimeUnit.SECONDS);
+            assertEquals(RegisterProtocol.OK, late.status());
+            assertEquals(RegisterProtocol.PUBLISHED, late.maps()[0].state());
+        }
+    }
+
+    @Test
+    @org.junit.jupiter.api.Timeout(120)
+    void shouldAnswerBusyWhenEveryRegisterWorkerIsTakenAndSendOnlyThatBatchOverHttpThisTurn() throws Exception {
+        byte[] secret = "busy-workers".getBytes();
+        JobID job = initJob(service, 17, secret);
+        writeMapOutput(dir.resolve("nm1"), job, 0, 0, 18);
+        java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        java.util.concurrent.Executor workers = service.server().registerWorkers();
+        int taken = 0;
+        try {
+            try {
+                for (; taken < 10_000; taken++) {
+                    workers.execute(() -> {
+                        try {
+                            release.await();
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                        }
+                    });
+                }
+            } catch (java.util.concurrent.RejectedExecutionException full) {
+                // every worker runs one and the queue is full
+            }
+            assertEquals(ShuffleServer.REGISTER_THREADS + ShuffleServer.REGISTER_QUEUE, taken);
+            try (ReducerClient client = reducer(job, secret)) {
+                NodeAddress at = service(client);
+                RegisterProtocol.Reply busy = register(client, at, 0, new MapAttempt(0, 0));
+                assertEquals(RegisterProtocol.BUSY, busy.status(), busy.reason());
+                assertEquals(1, service.server().busyReplies());
+
+                // The reducer: this batch goes over HTTP this turn, the rest is asked for, the host is not HTTP's for good.
+                RdmaFetcher<Object, Object> fetcher = new RdmaFetcher<>(null, 0, client, null);
+                org.apache.hadoop.mapreduce.task.reduce.MapHost host = new org.apache.hadoop.mapreduce.task.reduce.MapHost(
+                        "127.0.0.1:13562", "http://127.0.0.1:13562/mapOutput?job=" + job + "&reduce=0&map=");
+                java.util.List<TaskAttemptID> batch = java.util.List.of(
+                        new TaskAttemptID(new TaskID(job, TaskType.MAP, 0), 0));
+                TaskAttemptID next = new TaskAttemptID(new TaskID(job, TaskType.MAP, 1), 0);
+                java.util.Deque<TaskAttemptID> left = new java.util.ArrayDeque<>(java.util.List.of(next));
+                java.util.List<TaskAttemptID> viaHttp = new java.util.ArrayList<>();
+                assertTrue(fetcher.refused(host, at, busy, batch, left, viaHttp));
+                assertEquals(batch, viaHttp);
+                assertEquals(java.util.List.of(next), new java.util.ArrayList<>(left));
+                assertEquals(null, client.httpReason(host), "a busy service sent the host to HTTP for good");
+
+                release.countDown(); // the workers are free again: the next turn's REGISTER is answered
+                assertEquals(RegisterProtocol.OK, register(client, at, 0, new MapAttempt(0, 0)).status());
+
+                // Any other refusal still sends the host to HTTP for good.
+                RegisterProtocol.Reply unknown = RegisterProtocol.parseReply(RegisterProtocol.encodeRefusal(
+                        RegisterProtocol.UNKNOWN_JOB, "not here"), 1);
+                java.util.List<TaskAttemptID> allViaHttp = new java.util.ArrayList<>();
+                assertFalse(fetcher.refused(host, at, unknown, batch, left, allViaHttp));
+                assertEquals(java.util.List.of(batch.get(0), next), allViaHttp);
+                assertNotNull(client.httpReason(host));
+            }
+        } finally {
+            release.countDown();
+        }
     }
 
     private static Path outputDir(Path localDir, JobID job, int map, int attempt) {

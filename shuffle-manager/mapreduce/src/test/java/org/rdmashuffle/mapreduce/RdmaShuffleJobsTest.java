@@ -43,10 +43,12 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * MapReduce jobs on a two-NodeManager MiniMRYarnCluster whose NodeManagers run {@code rdma_shuffle} beside
- * {@code mapreduce_shuffle}: the same job (TeraGen → TeraSort → TeraValidate, WordCount) under Hadoop's shuffle and
- * under {@link RdmaShuffle} writes the same bytes, every partition READ from both NodeManagers; a job whose reducers find no service fetches over HTTP,
- * right, with a WARN per host.
+ * MapReduce jobs on a two-NodeManager MiniMRYarnCluster whose NodeManagers run {@link RdmaShuffleHandler} as
+ * {@code mapreduce_shuffle} (the drop-in: Hadoop's HTTP shuffle and READs from one service, each job's token from
+ * YARN): the same job (TeraGen → TeraSort → TeraValidate, WordCount) under Hadoop's shuffle (HTTP from the drop-in)
+ * and under {@link RdmaShuffle} writes the same bytes, every partition READ from both NodeManagers; a job whose
+ * reducers find no RDMA service fetches over HTTP, right, with a WARN per host; a client with a wrong token is
+ * refused while the job runs.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class RdmaShuffleJobsTest {
@@ -69,7 +71,11 @@ class RdmaShuffleJobsTest {
                 .nodeManagerSetting(MapReduceRdmaConf.PREFIX + "provider", "tcp")
                 .nodeManagerSetting(MapReduceRdmaConf.BIND_HOST, "127.0.0.1")
                 .start();
-        assertTrue(cluster.rdmaServiceRunning(), "rdma_shuffle did not start on the NodeManagers");
+        assertTrue(cluster.rdmaServiceRunning(), "the drop-in did not start on the NodeManagers");
+        for (int i = 0; i < cluster.nodeManagerCount(); i++) {
+            assertEquals(Set.of("mapreduce_shuffle"), cluster.auxServices(i), "the drop-in alone, as mapreduce_shuffle");
+            assertTrue(cluster.shufflePort(i) > 0, "its metadata is ShuffleHandler's: the HTTP port");
+        }
     }
 
     @AfterAll
@@ -81,7 +87,7 @@ class RdmaShuffleJobsTest {
 
 
     /** Checks the part files under {@code dir}, in name order, hold rows in key order; their count and checksum. */
-    private static TeraRows.Checksum checkSortedAndSum(Path dir) throws IOException {
+    static TeraRows.Checksum checkSortedAndSum(Path dir) throws IOException {
         FileSystem fs = FileSystem.getLocal(new Configuration());
         FileStatus[] parts = fs.listStatus(dir, p -> p.getName().startsWith("part-"));
         Arrays.sort(parts, (x, y) -> x.getPath().getName().compareTo(y.getPath().getName()));
@@ -323,7 +329,7 @@ class RdmaShuffleJobsTest {
         return n;
     }
 
-    private static Map<String, Long> countHere(Configuration conf, List<Path> files) throws IOException {
+    static Map<String, Long> countHere(Configuration conf, List<Path> files) throws IOException {
         FileSystem fs = FileSystem.getLocal(conf);
         Map<String, Long> counts = new TreeMap<>();
         for (Path f : files) {

@@ -20,6 +20,7 @@ import org.apache.hadoop.mapred.ShuffleHandler;
 import org.apache.hadoop.mapreduce.MRConfig;
 import org.apache.hadoop.mapreduce.MRJobConfig;
 import org.apache.hadoop.mapreduce.v2.MiniMRYarnCluster;
+import org.apache.hadoop.util.VersionInfo;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.nodemanager.NodeManager;
 import org.apache.hadoop.yarn.server.nodemanager.containermanager.AuxServices;
@@ -31,10 +32,11 @@ import org.slf4j.LoggerFactory;
 
 /**
  * A real Hadoop MapReduce cluster in this JVM, for tests: one ResourceManager and two NodeManagers of a
- * {@link MiniMRYarnCluster} on the local file system (no HDFS). Every NodeManager runs Hadoop's own shuffle
- * service ({@value ShuffleHandler#MAPREDUCE_SHUFFLE_SERVICEID}, {@link ShuffleHandler}) and, when asked for with
- * {@link Builder#withRdmaService(boolean)} and where the class can be loaded, {@value #RDMA_SERVICE_NAME}
- * ({@value #RDMA_SERVICE_CLASS}) beside it.
+ * {@link MiniMRYarnCluster} on the local file system (no HDFS). Every NodeManager runs a shuffle service as
+ * {@value ShuffleHandler#MAPREDUCE_SHUFFLE_SERVICEID}: Hadoop's own {@link ShuffleHandler}, or, when asked for with
+ * {@link Builder#withRdmaService(boolean)} and where the class can be loaded, {@value #RDMA_SERVICE_CLASS} in its
+ * place (a drop-in: Hadoop's HTTP shuffle and READs from one service), each on ports of its own
+ * ({@code mapreduce.shuffle.port} 0).
  *
  * <h2>How the auxiliary services are installed</h2>
  * {@code MiniMRYarnCluster.serviceInit} overwrites {@code yarn.nodemanager.aux-services} with just
@@ -67,8 +69,8 @@ import org.slf4j.LoggerFactory;
  * <p>Not thread safe: build, use and close it from one test thread. {@link #close()} is idempotent.
  */
 public final class MapReduceCluster implements AutoCloseable {
-    /** The NodeManager aux-service name the RDMA shuffle handler runs under. */
-    public static final String RDMA_SERVICE_NAME = "rdma_shuffle";
+    /** The NodeManager aux-service name the RDMA shuffle handler runs under: a drop-in for Hadoop's. */
+    public static final String RDMA_SERVICE_NAME = ShuffleHandler.MAPREDUCE_SHUFFLE_SERVICEID;
     /** The class of the RDMA shuffle handler, loaded by name so that this harness works before it exists. */
     public static final String RDMA_SERVICE_CLASS = "org.rdmashuffle.mapreduce.RdmaShuffleHandler";
 
@@ -81,7 +83,10 @@ public final class MapReduceCluster implements AutoCloseable {
     public static final int POLL_INTERVAL_MS = 100;
 
     /** Options for short-lived task JVMs on two cores: a serial collector and only the C1 compiler. */
-    private static final String TASK_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1";
+    private static final String TASK_JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1" + java17Opens();
+
+    /** Whether MiniMRYarnCluster starts its JobHistoryServer (Hadoop 3.4+; 3.3 always starts it). */
+    private static final String HISTORY_SERVER_ENABLED = "mapreduce.jobhistory.minicluster.enabled";
 
     private static final Logger LOG = LoggerFactory.getLogger(MapReduceCluster.class);
 
@@ -204,7 +209,7 @@ public final class MapReduceCluster implements AutoCloseable {
         return OptionalInt.empty();
     }
 
-    /** Whether every NodeManager runs {@value #RDMA_SERVICE_NAME}. */
+    /** Whether every NodeManager runs {@value #RDMA_SERVICE_CLASS} (as {@value #RDMA_SERVICE_NAME}). */
     public boolean rdmaServiceRunning() {
         return rdmaServiceRunning;
     }
@@ -216,6 +221,17 @@ public final class MapReduceCluster implements AutoCloseable {
         }
         closed = true;
         cluster.stop();
+    }
+
+    /**
+     * What Hadoop 3.3's task JVMs need on Java 17 and 3.3 does not add: the ApplicationMaster's web app (Guice's
+     * cglib) defines classes through {@code ClassLoader.defineClass}. Hadoop 3.4 adds these flags to every container
+     * itself ({@code mapreduce.jvm.add-opens-as-default}) and 3.5 no longer needs them; there it is "".
+     */
+    private static String java17Opens() {
+        String[] version = VersionInfo.getVersion().split("[.-]");
+        boolean before34 = Integer.parseInt(version[0]) == 3 && Integer.parseInt(version[1]) < 4;
+        return before34 ? " --add-opens=java.base/java.lang=ALL-UNNAMED" : "";
     }
 
     private static AuxServices auxServicesOf(NodeManager nodeManager) {
@@ -235,7 +251,7 @@ public final class MapReduceCluster implements AutoCloseable {
         }
 
         /**
-         * Run {@value #RDMA_SERVICE_NAME} on every NodeManager beside mapreduce_shuffle. Ignored, with a warning,
+         * Run {@value #RDMA_SERVICE_CLASS} as mapreduce_shuffle on every NodeManager. Ignored, with a warning,
          * while {@value #RDMA_SERVICE_CLASS} cannot be loaded; {@link #rdmaServiceRunning()} tells which.
          */
         public Builder withRdmaService(boolean enabled) {
@@ -246,6 +262,7 @@ public final class MapReduceCluster implements AutoCloseable {
         /**
          * Run MiniMRYarnCluster's JobHistoryServer (off by default: it costs start-up time, and the job client
          * reads counters and completion events from the AM, which stays up for five seconds after a job ends).
+         * Hadoop 3.3's MiniMRYarnCluster starts it whatever this says.
          */
         public Builder withHistoryServer(boolean enabled) {
             this.historyServer = enabled;
@@ -271,17 +288,15 @@ public final class MapReduceCluster implements AutoCloseable {
             long begin = System.nanoTime();
             boolean rdma = rdmaService && rdmaServiceClassPresent();
             if (rdmaService && !rdma) {
-                LOG.warn("{} cannot be loaded: the NodeManagers run mapreduce_shuffle only", RDMA_SERVICE_CLASS);
+                LOG.warn("{} cannot be loaded: the NodeManagers run Hadoop's ShuffleHandler", RDMA_SERVICE_CLASS);
             }
             MiniMRYarnCluster cluster = new MiniMRYarnCluster(name, NODE_MANAGERS);
             try {
                 cluster.init(configuration());
                 cluster.start();
                 List<AuxServiceRecord> records = new ArrayList<>();
-                records.add(service(ShuffleHandler.MAPREDUCE_SHUFFLE_SERVICEID, ShuffleHandler.class.getName()));
-                if (rdma) {
-                    records.add(service(RDMA_SERVICE_NAME, RDMA_SERVICE_CLASS));
-                }
+                records.add(service(ShuffleHandler.MAPREDUCE_SHUFFLE_SERVICEID,
+                        rdma ? RDMA_SERVICE_CLASS : ShuffleHandler.class.getName()));
                 AuxServiceRecords services =
                         new AuxServiceRecords().serviceList(records.toArray(new AuxServiceRecord[0]));
                 for (int i = 0; i < NODE_MANAGERS; i++) {
@@ -305,7 +320,7 @@ public final class MapReduceCluster implements AutoCloseable {
             }
             long startMs = (System.nanoTime() - begin) / 1_000_000;
             LOG.info("MapReduce cluster '{}' with {} NodeManagers (aux services {}) started in {} ms; dir {}",
-                    name, NODE_MANAGERS, rdma ? "mapreduce_shuffle, " + RDMA_SERVICE_NAME : "mapreduce_shuffle",
+                    name, NODE_MANAGERS, rdma ? "mapreduce_shuffle: " + RDMA_SERVICE_CLASS : "mapreduce_shuffle",
                     startMs, cluster.getTestWorkDir());
             return new MapReduceCluster(cluster, Map.copyOf(jobSettings), rdma, startMs);
         }
@@ -320,7 +335,10 @@ public final class MapReduceCluster implements AutoCloseable {
             YarnConfiguration conf = new YarnConfiguration();
             // Aux services come from AuxServices.reload once the NodeManagers run (see the class comment).
             conf.setBoolean(YarnConfiguration.NM_AUX_SERVICES_MANIFEST_ENABLED, true);
-            conf.setBoolean(MiniMRYarnCluster.MR_HISTORY_MINICLUSTER_ENABLED, historyServer);
+            // MiniMRYarnCluster.MR_HISTORY_MINICLUSTER_ENABLED, by name: Hadoop 3.3 lacks it (and always starts one).
+            conf.setBoolean(HISTORY_SERVER_ENABLED, historyServer);
+            // Each NodeManager's HTTP shuffle (Hadoop's, or the drop-in's) on a port of its own.
+            conf.setInt(ShuffleHandler.SHUFFLE_PORT_CONFIG_KEY, 0);
 
             // Memory: see the class comment.
             conf.setInt(YarnConfiguration.YARN_MINICLUSTER_NM_PMEM_MB, NODE_MANAGER_MEMORY_MB);

@@ -284,6 +284,30 @@ public final class MapOutputServer implements AutoCloseable {
      * @param offsets the partitions' offsets in {@code data}, the last one its length
      */
     public void publish(int shuffleId, int numMaps, int mapIndex, long mapId, File data, long[] offsets) {
+        publish(shuffleId, numMaps, mapIndex, mapId, data.toString(), offsets,
+                (layout, realm) -> RegisteredMapOutput.register(node, data.toPath(), layout, realm));
+    }
+
+    /**
+     * As {@link #publish(int, int, int, long, File, long[])}, from a data file the caller opened and checked: the
+     * bytes registered are that file's, whatever its path names by now (an engine whose files others can replace
+     * opens them so that the check and the open cannot race). The caller closes {@code data} afterwards.
+     *
+     * @param name the data file's name in messages
+     */
+    public void publish(int shuffleId, int numMaps, int mapIndex, long mapId, java.nio.channels.FileChannel data,
+                        String name, long[] offsets) {
+        publish(shuffleId, numMaps, mapIndex, mapId, name, offsets,
+                (layout, realm) -> RegisteredMapOutput.register(node, data, name, layout, realm));
+    }
+
+    /** Maps and registers a data file's regions as {@code layout} says, READable by {@code realm}'s connections. */
+    private interface DataRegistrar {
+        RegisteredMapOutput register(MapOutputLayout layout, String realm) throws IOException;
+    }
+
+    private void publish(int shuffleId, int numMaps, int mapIndex, long mapId, String data, long[] offsets,
+                         DataRegistrar registrar) {
         long bytes = offsets[offsets.length - 1];
         RegisteredOutputTable table;
         if (failed()) {
@@ -321,7 +345,7 @@ public final class MapOutputServer implements AutoCloseable {
             return;
         }
         try {
-            register(table, shuffleId, mapIndex, mapId, data, offsets);
+            register(table, shuffleId, mapIndex, mapId, data, offsets, registrar);
         } finally {
             cap.release(bytes);
         }
@@ -336,11 +360,11 @@ public final class MapOutputServer implements AutoCloseable {
         }
     }
 
-    private void register(RegisteredOutputTable table, int shuffleId, int mapIndex, long mapId, File data,
-                          long[] offsets) {
+    private void register(RegisteredOutputTable table, int shuffleId, int mapIndex, long mapId, String data,
+                          long[] offsets, DataRegistrar registrar) {
         try {
             MapOutputLayout layout = new MapOutputLayout(offsets, conf.maxRegionSizeBytes());
-            table.publish(mapIndex, mapId, RegisteredMapOutput.register(node, data.toPath(), layout, table.realm()));
+            table.publish(mapIndex, mapId, registrar.register(layout, table.realm()));
         } catch (IOException | RuntimeException e) {
             if (failed()) { // the node failed meanwhile: withdrawn, readers take the engine's path for every output
                 nodeFailureSeen();

@@ -1,6 +1,7 @@
 package org.rdmashuffle.shuffle.core.serve;
 
 import java.io.IOException;
+import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -38,10 +39,30 @@ public final class RegisteredMapOutput implements AutoCloseable {
     /** As {@link #register(RdmaNode, Path, MapOutputLayout)}, READable only by connections of {@code realm}. */
     public static RegisteredMapOutput register(RdmaNode node, Path dataFile, MapOutputLayout layout, String realm)
             throws IOException {
+        return register(layout, (start, length) -> node.registerFile(dataFile, start, length, realm));
+    }
+
+    /**
+     * As {@link #register(RdmaNode, Path, MapOutputLayout, String)}, from a data file the caller opened (and
+     * checked): exactly that file's bytes are registered, whatever its path names by now. The caller closes
+     * {@code dataFile}; the regions do not need it.
+     */
+    public static RegisteredMapOutput register(RdmaNode node, FileChannel dataFile, String name,
+                                               MapOutputLayout layout, String realm) throws IOException {
+        return register(layout, (start, length) -> node.registerFile(dataFile, name, start, length, realm));
+    }
+
+    /** Registers one region of the data file. */
+    private interface RegionRegistrar {
+        MemoryRegion register(long start, int length) throws IOException;
+    }
+
+    private static RegisteredMapOutput register(MapOutputLayout layout, RegionRegistrar registrar)
+            throws IOException {
         List<MemoryRegion> regions = new ArrayList<>(layout.regionCount());
         try {
             for (int r = 0; r < layout.regionCount(); r++) {
-                regions.add(node.registerFile(dataFile, layout.regionStart(r), layout.regionLength(r), realm));
+                regions.add(registrar.register(layout.regionStart(r), layout.regionLength(r)));
             }
         } catch (IOException | RuntimeException e) {
             closeAll(regions, e);
