@@ -237,6 +237,14 @@ public final class RdmaShuffleConf {
                     + "executors on one host; raise it for more executors per host, or for hosts that reach the "
                     + "node through one NAT address."));
 
+    public static final ConfigKey<Integer> MAX_CONNECTIONS_PER_REALM = declare(ConfigKey.integer(
+            PREFIX + "maxConnectionsPerRealm", 512, 1, 1 << 20,
+            "tcp, on a node serving many jobs each with its own secret (MapReduce's NodeManager service: set it as "
+                    + "`mapreduce.shuffle.rdma.maxConnectionsPerRealm`): connections one job's reducers hold on it "
+                    + "at once, so one job cannot take the node's `maxConnections` from the others. A connection "
+                    + "past it is refused busy after its handshake; its reducer fetches that host's outputs over "
+                    + "HTTP for a while and tries again. No effect on Spark's executors."));
+
     public static final ConfigKey<Long> IDLE_TIMEOUT = declare(ConfigKey.millis(PREFIX + "idleTimeout",
             "5min", 1000, 86_400_000,
             "tcp: a served connection on which no byte moved in either direction for this long is closed (an "
@@ -567,6 +575,10 @@ public final class RdmaShuffleConf {
 
     public int maxConnectionsPerAddress() {
         return get(MAX_CONNECTIONS_PER_ADDRESS);
+    }
+
+    public int maxConnectionsPerRealm() {
+        return get(MAX_CONNECTIONS_PER_REALM);
     }
 
     public long idleTimeoutMs() {

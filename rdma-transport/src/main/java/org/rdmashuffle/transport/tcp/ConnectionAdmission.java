@@ -72,6 +72,10 @@ final class ConnectionAdmission {
     private final List<ServedConnection> connections = new ArrayList<>();
     /** Connections by source address, for the per-address cap; an entry goes when its last connection does. */
     private final Map<InetAddress, Source> sources = new HashMap<>();
+    /** Handshaken connections of each realm (an entry goes with its last connection), for the realm's share. */
+    private final Map<String, Integer> realmConnections = new HashMap<>();
+    /** The handshaken connections counted in {@link #realmConnections}, and the realm each counts for. */
+    private final Map<ServedConnection, String> countedForRealm = new HashMap<>();
     private final RateLimitedLog refusalLog = new RateLimitedLog(LOG, 10_000);
     /** Handshaken, not draining connections, least recently active first. */
     private ServedConnection idlest;
@@ -397,6 +401,27 @@ final class ConnectionAdmission {
         return connections.size() - owingRoom <= limits.maxConnections();
     }
 
+    /** Handshaken connections that authenticated for {@code realm} and are not closed. */
+    int connectionsOfRealm(String realm) {
+        return realmConnections.getOrDefault(realm, 0);
+    }
+
+    /**
+     * Whether {@code c}, which proved its realm's secret, may be served: its realm holds fewer than {@code
+     * maxConnectionsPerRealm} connections, so that one job's reducers cannot take every connection of a node that
+     * serves many jobs (a newcomer past the share is refused busy and retries later; nobody is evicted for it).
+     */
+    boolean roomForRealm(ServedConnection c) {
+        return connectionsOfRealm(c.realm) < limits.maxConnectionsPerRealm();
+    }
+
+    /** {@code c} is served from now on: it counts for its realm (if it named one) until it closes. */
+    void servingRealm(ServedConnection c) {
+        if (c.realm != null && countedForRealm.putIfAbsent(c, c.realm) == null) {
+            realmConnections.merge(c.realm, 1, Integer::sum);
+        }
+    }
+
     /** {@code c} finished its handshake: it joins the activity list as the most recently active. */
     void handshaken(ServedConnection c, long now) {
         c.lastActiveNanos = now;
@@ -465,6 +490,10 @@ final class ConnectionAdmission {
         if (source != null && --source.connections == 0) {
             sources.remove(source.address, source);
         }
+        String realm = countedForRealm.remove(c);
+        if (realm != null) {
+            realmConnections.computeIfPresent(realm, (r, n) -> n == 1 ? null : n - 1);
+        }
     }
 
     /** Closes connections that outlived a deadline (handshake, frame, reply, idle, drain). */
@@ -500,5 +529,7 @@ final class ConnectionAdmission {
             LOG.debug("closing the server socket", e);
         }
         sources.clear();
+        realmConnections.clear();
+        countedForRealm.clear();
     }
 }

@@ -19,6 +19,7 @@ import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.NodeStats;
+import org.rdmashuffle.transport.PeerBusyException;
 import org.rdmashuffle.transport.PeerChannels;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
@@ -178,9 +179,12 @@ public final class TcpNode implements RdmaNode {
                 }
             }
         }
-        throw new TransportException("cannot connect to " + peer + " after " + attempts + " attempt(s) of "
-                + conf.connectTimeoutMs() + " ms: " + (last == null ? "?" : last.getMessage()), ReadStatus.CONNECTION_LOST,
-                last);
+        String why = "cannot connect to " + peer + " after " + attempts + " attempt(s) of " + conf.connectTimeoutMs()
+                + " ms: " + (last == null ? "?" : last.getMessage());
+        if (last instanceof Busy) {
+            throw new PeerBusyException(why, last); // the last answer was busy: worth trying again later
+        }
+        throw new TransportException(why, ReadStatus.CONNECTION_LOST, last);
     }
 
     private TcpChannel openChannel(NodeAddress peer) throws IOException {
@@ -209,12 +213,22 @@ public final class TcpNode implements RdmaNode {
             byte[] secret = options.secret();
             String realmName = options.realm();
             byte[] clientNonce = Handshake.nonce();
-            ByteBuffer hello = ByteBuffer.allocate(Wire.HELLO_BYTES + (realm == null ? 0 : 1 + realm.length));
-            int flags = (secret != null ? Wire.FLAG_AUTH : 0) | (realm != null ? Wire.FLAG_REALM : 0);
-            hello.putInt(Wire.MAGIC).putShort(realm == null ? Wire.VERSION_WITHOUT_REALM : Wire.VERSION)
+            // With a secret, the proofs name the peer's address as dialled (the socket's, after any resolution), so a
+            // process that relays this handshake to another node gets a proof that node refuses. Without one,
+            // nothing is proved: the HELLO is version 2's, byte for byte.
+            InetSocketAddress dialled = (InetSocketAddress) sc.getRemoteAddress();
+            byte[] address = secret == null ? null : Handshake.addressField(dialled);
+            ByteBuffer hello = ByteBuffer.allocate(Wire.HELLO_BYTES + (realm == null ? 0 : 1 + realm.length)
+                    + (address == null ? 0 : address.length));
+            int flags = (secret != null ? Wire.FLAG_AUTH | Wire.FLAG_ADDRESS : 0)
+                    | (realm != null ? Wire.FLAG_REALM : 0);
+            hello.putInt(Wire.MAGIC).putShort(secret == null ? Wire.VERSION_WITHOUT_REALM : Wire.VERSION)
                     .putShort((short) flags).put(clientNonce);
             if (realm != null) {
                 hello.put((byte) realm.length).put(realm);
+            }
+            if (address != null) {
+                hello.put(address);
             }
             exchange(sc, sel, hello.flip(), deadline);
             ByteBuffer challenge = ByteBuffer.allocate(Wire.CHALLENGE_BYTES);
@@ -225,29 +239,35 @@ public final class TcpNode implements RdmaNode {
             challenge.getShort();
             int status = challenge.getShort();
             if (status == Wire.HS_BUSY) {
-                throw new IOException("refused at handshake: " + Wire.handshakeStatus(status)); // worth a retry
+                throw new Busy(Wire.handshakeStatus(status)); // worth a retry
+            }
+            if (status == Wire.HS_OTHER_ADDRESS) {
+                throw new HandshakeRefused("this node dialled " + dialled + ", and " + Wire.handshakeStatus(status));
             }
             if (status != Wire.HS_OK) {
                 throw new HandshakeRefused(Wire.handshakeStatus(status, realmName));
             }
             byte[] serverNonce = new byte[Wire.NONCE_BYTES];
             challenge.get(serverNonce);
-            ByteBuffer auth = ByteBuffer.wrap(Handshake.proof(secret, 'c', serverNonce, clientNonce, realm));
+            ByteBuffer auth = ByteBuffer.wrap(Handshake.proof(secret, 'c', serverNonce, clientNonce, address, realm));
             exchange(sc, sel, auth, deadline);
             ByteBuffer welcome = ByteBuffer.allocate(Wire.WELCOME_BYTES);
             receive(sc, sel, welcome, deadline);
             status = welcome.getInt();
             if (status == Wire.HS_BUSY) {
-                // past the peer's maxConnections, it found no silent connection to close for this one
-                throw new IOException("refused at handshake: " + Wire.handshakeStatus(status)); // worth a retry
+                // past the peer's maxConnections (it found no silent connection to close for this one), or this
+                // realm holds its share of the peer's connections
+                throw new Busy(Wire.handshakeStatus(status)); // worth a retry
             }
             if (status != Wire.HS_OK) {
                 throw new HandshakeRefused(Wire.handshakeStatus(status, realmName));
             }
             if (secret != null
-                    && !Handshake.verify(Handshake.proof(secret, 's', clientNonce, serverNonce, realm), welcome)) {
-                throw new HandshakeRefused(realmName == null ? "the peer could not prove it holds the shared secret"
-                        : "the peer could not prove it holds the secret of realm " + Realms.printable(realmName));
+                    && !Handshake.verify(Handshake.proof(secret, 's', clientNonce, serverNonce, address, realm),
+                            welcome)) {
+                String at = " for the address this node dialled (" + dialled + ")";
+                throw new HandshakeRefused((realmName == null ? "the peer could not prove it holds the shared secret"
+                        : "the peer could not prove it holds the secret of realm " + Realms.printable(realmName)) + at);
             }
             for (SelectionKey k : sel.keys()) {
                 k.cancel();
@@ -509,6 +529,15 @@ public final class TcpNode implements RdmaNode {
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
+        }
+    }
+
+    /** The peer answered the handshake with busy: worth a retry, and, once the retries are spent, a later try. */
+    private static final class Busy extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        Busy(String status) {
+            super("refused at handshake: " + status);
         }
     }
 

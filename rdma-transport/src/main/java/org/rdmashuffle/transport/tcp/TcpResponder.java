@@ -81,11 +81,11 @@ final class TcpResponder implements Runnable {
 
     /** What one peer can make this node hold. */
     record Limits(int maxConnections, int maxConnectionsPerAddress, int maxHandshaking, int maxControlBytes,
-                  long handshakeTimeoutMs, long idleTimeoutMs, long frameTimeoutMs) {
+                  long handshakeTimeoutMs, long idleTimeoutMs, long frameTimeoutMs, int maxConnectionsPerRealm) {
         static Limits from(RdmaShuffleConf conf) {
             return new Limits(conf.maxConnections(), conf.maxConnectionsPerAddress(), conf.maxHandshakingConnections(),
                     conf.maxControlMessageSizeBytes(), conf.connectTimeoutMs(), conf.idleTimeoutMs(),
-                    conf.frameTimeoutMs());
+                    conf.frameTimeoutMs(), conf.maxConnectionsPerRealm());
         }
 
         /** Connections kept draining after an error reply at most (the oldest is reset past it). */

@@ -5,15 +5,20 @@ import org.rdmashuffle.transport.Realms;
 /** Frame layouts and constants of the tcp provider's protocol; docs/wire-format.md describes them. */
 final class Wire {
     static final int MAGIC = 0x52445348; // "RDSH"
-    /** The version this node speaks: 3 adds the realm to the HELLO. */
-    static final short VERSION = 3;
+    /**
+     * The version this node speaks: 4 adds the address the client dialled to the HELLO and to both proofs, so a
+     * proof made for one node is no proof for another (a relay); 3 added the realm.
+     */
+    static final short VERSION = 4;
+    /** A HELLO of this version may name a realm and carries no address; a node with a secret refuses its proofs. */
+    static final short VERSION_WITH_REALM = 3;
     /**
      * The oldest version accepted; a HELLO of it carries no realm. A client that names no realm sends
      * it, so nodes that know only version 2 still accept it, and refuse one that names a realm by its version.
      */
     static final short VERSION_WITHOUT_REALM = 2;
 
-    static final int HELLO_BYTES = 24;      // magic u32, version u16, flags u16, client nonce [16]; then the realm
+    static final int HELLO_BYTES = 24;      // magic u32, version u16, flags u16, client nonce [16]; realm, address
     static final int CHALLENGE_BYTES = 24;  // magic u32, version u16, status u16, server nonce [16]
     static final int AUTH_BYTES = 32;       // client proof [32]
     static final int WELCOME_BYTES = 36;    // status u32, server proof [32]
@@ -22,21 +27,37 @@ final class Wire {
     static final int FLAG_AUTH = 1;
     /** The HELLO names a realm: length u8 (1 to {@link Realms#MAX_BYTES}) and that many bytes of UTF-8 follow it. */
     static final int FLAG_REALM = 2;
-    /** The longest HELLO: with the longest realm. */
-    static final int MAX_HELLO_BYTES = HELLO_BYTES + 1 + Realms.MAX_BYTES;
+    /**
+     * Version 4: the HELLO carries the address the client dialled (after the realm, if any): length u8 (4 for
+     * IPv4, 16 for IPv6), the address, port u16. Both proofs cover it; a client with a secret always sends it.
+     */
+    static final int FLAG_ADDRESS = 4;
+    /** The address field's longest form: length, an IPv6 address, port. */
+    static final int MAX_ADDRESS_FIELD_BYTES = 1 + 16 + 2;
+    /** The longest HELLO: with the longest realm and an IPv6 address. */
+    static final int MAX_HELLO_BYTES = HELLO_BYTES + 1 + Realms.MAX_BYTES + MAX_ADDRESS_FIELD_BYTES;
 
     static final int HS_OK = 0;
     static final int HS_BAD_VERSION = 1;
     static final int HS_AUTH_MISMATCH = 2;
+    /**
+     * The proof did not verify; on a node with secrets per realm also: the realm is not one the node knows (never,
+     * or no longer: its job finished), so that a client without the secret cannot tell known realms from unknown
+     * ones.
+     */
     static final int HS_AUTH_FAILED = 3;
     /** The node serves as many connections as its limits allow; the client may retry. */
     static final int HS_BUSY = 4;
-    /** The realm the HELLO named is not one the node knows (never, or no longer: its job finished). */
-    static final int HS_UNKNOWN_REALM = 5;
+    /* 5 was "unknown realm" in versions 3 and earlier; it is sent no more (status 3 says it). */
     /** The node keeps a secret per realm, and the HELLO named no realm. */
     static final int HS_REALM_REQUIRED = 6;
     /** The HELLO named a realm, and the node keeps no secrets per realm. */
     static final int HS_REALM_UNSUPPORTED = 7;
+    /**
+     * The address the HELLO says the client dialled is not the one the connection reached on the node: a relay,
+     * port forward or NAT between them (the proofs name the address dialled, so they would not verify).
+     */
+    static final int HS_OTHER_ADDRESS = 8;
 
     /** Request header: op u8, reserved u8[3], request id u32, length u32, rkey u32, address u64. */
     static final int REQUEST_HEADER_BYTES = 24;
@@ -55,14 +76,18 @@ final class Wire {
     static String handshakeStatus(int s) {
         return switch (s) {
             case HS_OK -> "ok";
-            case HS_BAD_VERSION -> "protocol version not supported by the peer";
+            case HS_BAD_VERSION -> "protocol version not supported by the peer (a peer of version 4 or later with "
+                    + "authentication on refuses a client older than that, whose proof does not name the node)";
             case HS_AUTH_MISMATCH -> "one side has spark.authenticate on and the other off";
             case HS_AUTH_FAILED -> "authentication failed (different secrets)";
             case HS_BUSY -> "the peer serves as many connections as its limits allow (spark.shuffle.rdma.maxConnections, "
-                    + "spark.shuffle.rdma.maxHandshakingConnections, spark.shuffle.rdma.maxConnectionsPerAddress)";
-            case HS_UNKNOWN_REALM -> "unknown realm";
+                    + "spark.shuffle.rdma.maxHandshakingConnections, spark.shuffle.rdma.maxConnectionsPerAddress, "
+                    + "spark.shuffle.rdma.maxConnectionsPerRealm)";
             case HS_REALM_REQUIRED -> "the peer keeps a secret per realm (job), and the connection named no realm";
             case HS_REALM_UNSUPPORTED -> "the peer keeps no secrets per realm (job), and the connection named one";
+            case HS_OTHER_ADDRESS -> "the connection reached the peer at another address than the one dialled: a "
+                    + "relay, port forward or NAT between the two nodes (the handshake's proofs name the address "
+                    + "dialled, so the peer refuses it)";
             default -> "handshake status " + s;
         };
     }
@@ -77,8 +102,8 @@ final class Wire {
             case HS_BAD_VERSION -> "protocol version not supported by the peer (a peer older than realms refuses "
                     + "a connection that names realm " + r + ")";
             case HS_AUTH_MISMATCH -> "authentication failed for realm " + r + ": the peer has authentication off";
-            case HS_AUTH_FAILED -> "authentication failed for realm " + r + " (the peer holds a different secret for it)";
-            case HS_UNKNOWN_REALM -> "the peer does not know realm " + r;
+            case HS_AUTH_FAILED -> "authentication failed for realm " + r + ": unknown job or wrong secret (the peer "
+                    + "does not know the realm, or holds a different secret for it)";
             case HS_REALM_UNSUPPORTED -> "the peer keeps no secrets per realm (job), and this node named realm " + r;
             default -> handshakeStatus(s);
         };

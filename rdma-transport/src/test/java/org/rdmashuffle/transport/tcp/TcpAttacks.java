@@ -50,9 +50,17 @@ final class TcpAttacks {
         }
     }
 
-    static byte[] hello(boolean auth, byte[] clientNonce) {
-        return ByteBuffer.allocate(Wire.HELLO_BYTES).putInt(Wire.MAGIC).putShort(Wire.VERSION)
-                .putShort((short) (auth ? Wire.FLAG_AUTH : 0)).put(clientNonce).array();
+    /** A HELLO on {@code s}; with {@code auth}, naming the address {@code s} dialled (as clients with a secret do). */
+    static byte[] hello(Socket s, boolean auth, byte[] clientNonce) {
+        byte[] address = auth ? dialled(s) : new byte[0];
+        return ByteBuffer.allocate(Wire.HELLO_BYTES + address.length).putInt(Wire.MAGIC).putShort(Wire.VERSION)
+                .putShort((short) (auth ? Wire.FLAG_AUTH | Wire.FLAG_ADDRESS : 0)).put(clientNonce).put(address)
+                .array();
+    }
+
+    /** The address field of the node {@code s} dialled, as the HELLO and the proofs carry it. */
+    static byte[] dialled(Socket s) {
+        return Handshake.addressField((InetSocketAddress) s.getRemoteSocketAddress());
     }
 
     /** A full handshake (with the secret's proof when {@code secret} is given); the handshake status the node sent. */
@@ -60,7 +68,7 @@ final class TcpAttacks {
         byte[] clientNonce = Handshake.nonce();
         OutputStream out = s.getOutputStream();
         DataInputStream in = new DataInputStream(s.getInputStream());
-        out.write(hello(secret != null, clientNonce));
+        out.write(hello(s, secret != null, clientNonce));
         byte[] challenge = new byte[Wire.CHALLENGE_BYTES];
         in.readFully(challenge);
         ByteBuffer c = ByteBuffer.wrap(challenge);
@@ -72,7 +80,7 @@ final class TcpAttacks {
         }
         byte[] serverNonce = new byte[Wire.NONCE_BYTES];
         c.get(serverNonce);
-        out.write(Handshake.proof(secret, 'c', serverNonce, clientNonce));
+        out.write(Handshake.proof(secret, 'c', serverNonce, clientNonce, secret == null ? null : dialled(s), null));
         byte[] welcome = new byte[Wire.WELCOME_BYTES];
         in.readFully(welcome);
         return ByteBuffer.wrap(welcome).getInt();
@@ -134,7 +142,7 @@ final class TcpAttacks {
                         if (i % 2 == 0) {
                             byte[] wrongProof = new byte[Wire.PROOF_BYTES];
                             rnd.nextBytes(wrongProof);
-                            s.getOutputStream().write(hello(true, Handshake.nonce()));
+                            s.getOutputStream().write(hello(s, true, Handshake.nonce()));
                             in.readFully(challenge);
                             int status = ByteBuffer.wrap(challenge).getShort(6);
                             if (status == Wire.HS_BUSY) {

@@ -6,9 +6,11 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.ByteArrayOutputStream;
 import java.io.DataInputStream;
 import java.io.IOException;
 import java.io.OutputStream;
+import java.io.PrintStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.Socket;
@@ -188,21 +190,38 @@ class TcpRealmTest {
 
     @Test
     @Timeout(60)
-    void shouldRefuseARealmTheNodeDoesNotKnowSayingSo() throws Exception {
+    void shouldAnswerAnUnknownRealmExactlyAsAWrongSecretWhileTheNodesLogTellsThemApart() throws Exception {
+        PrintStream err = System.err;
+        ByteArrayOutputStream log = new ByteArrayOutputStream();
+        System.setErr(new PrintStream(log, true, StandardCharsets.UTF_8)); // slf4j-simple writes to System.err
         try (TcpNode server = new TcpNode(conf(), serverOptions())) {
-            TransportException e = refusedConnect(clientOf("job_1700000000000_0099", SECRET_A), server);
-            assertTrue(e.getMessage().contains("the peer does not know realm job_1700000000000_0099"), e.getMessage());
-            assertEquals(1, server.connectionsRefused());
-            // The answer comes where and as a wrong proof's does: an OK challenge, then a refused WELCOME.
+            server.register(TcpAttacks.content(6, 4096), RegionAccess.REMOTE_READ, A);
+            TransportException unknown = refusedConnect(clientOf("job_1700000000000_0099", SECRET_A), server);
+            TransportException wrong = refusedConnect(clientOf(A, SECRET_B), server);
+            // The client is told the same thing both ways: it cannot learn which jobs the node knows.
+            assertTrue(unknown.getMessage().contains("authentication failed for realm job_1700000000000_0099: unknown "
+                    + "job or wrong secret"), unknown.getMessage());
+            assertTrue(wrong.getMessage().contains("authentication failed for realm " + A + ": unknown job or wrong "
+                    + "secret"), wrong.getMessage());
+            assertEquals(2, server.connectionsRefused());
+            // On the wire, byte for byte: an OK challenge, then the same WELCOME (status 3, a proof of zeros).
+            byte[] ofUnknown;
+            byte[] ofWrongSecret;
             try (Socket s = rawConnect(server)) {
-                assertArrayEquals(new int[] {Wire.HS_OK, Wire.HS_UNKNOWN_REALM},
-                        realmHandshake(s, helloField("job_1700000000000_0099"), SECRET_A, Wire.VERSION));
+                ofUnknown = realmWelcome(s, helloField("job_1700000000000_0099"), SECRET_A);
             }
             try (Socket s = rawConnect(server)) {
-                assertArrayEquals(new int[] {Wire.HS_OK, Wire.HS_AUTH_FAILED},
-                        realmHandshake(s, helloField(A), SECRET_B, Wire.VERSION));
+                ofWrongSecret = realmWelcome(s, helloField(A), SECRET_B);
             }
+            assertEquals(Wire.HS_AUTH_FAILED, ByteBuffer.wrap(ofUnknown).getInt());
+            assertArrayEquals(ofWrongSecret, ofUnknown);
+        } finally {
+            System.setErr(err);
         }
+        // The operator's log still says which it was (rate-limited: the first refusal of each node's window).
+        String lines = log.toString(StandardCharsets.UTF_8);
+        assertTrue(lines.contains("unknown realm (or its job finished): answered as a failed authentication (realm "
+                + "job_1700000000000_0099)"), lines);
     }
 
     @Test
@@ -328,7 +347,8 @@ class TcpRealmTest {
 
             secrets.remove(A); // the job finished
             TransportException e = refusedConnect(clientOf(A, SECRET_A), server);
-            assertTrue(e.getMessage().contains("the peer does not know realm " + A), e.getMessage());
+            assertTrue(e.getMessage().contains("authentication failed for realm " + A
+                    + ": unknown job or wrong secret"), e.getMessage());
             // A connection authenticated before stays (its regions go when the job's owner closes them).
             readAndCheck(authenticated, a, content, 4096, 4096, sink, sinkMemory);
 
@@ -428,7 +448,7 @@ class TcpRealmTest {
                     held.add(s);
                     String realm = i % 2 == 0 ? "job_1700000000000_" + (1000 + i) : A;
                     int[] st = realmHandshake(s, helloField(realm), SECRET_B, Wire.VERSION);
-                    if (st[1] == Wire.HS_UNKNOWN_REALM || st[1] == Wire.HS_AUTH_FAILED) {
+                    if (st[1] == Wire.HS_AUTH_FAILED) {
                         refused++;
                     }
                 }
@@ -468,38 +488,70 @@ class TcpRealmTest {
     }
 
     /**
-     * A HELLO of {@code version} naming a realm with the raw field {@code realmField}, then (if the CHALLENGE
-     * says ok) the proof of {@code secret} bound to the realm; {challenge status, welcome status or -1}.
+     * A HELLO of {@code version} naming a realm with the raw field {@code realmField} (and, of version 4, the
+     * address {@code s} dialled), then (if the CHALLENGE says ok) the proof of {@code secret} bound to the realm and
+     * the address; {challenge status, welcome status or -1}.
      */
     private static int[] realmHandshake(Socket s, byte[] realmField, byte[] secret, short version) throws IOException {
         byte[] clientNonce = Handshake.nonce();
+        byte[] address = version == Wire.VERSION ? TcpAttacks.dialled(s) : null;
+        byte[] serverNonce = new byte[Wire.NONCE_BYTES];
+        int status = sendHello(s, realmField, version, clientNonce, address, serverNonce);
+        if (status != Wire.HS_OK) {
+            return new int[] {status, -1};
+        }
+        byte[] welcome = sendProof(s, realmField, secret, serverNonce, clientNonce, address);
+        ByteBuffer w = ByteBuffer.wrap(welcome);
+        int welcomeStatus = w.getInt();
+        if (welcomeStatus == Wire.HS_OK) {
+            assertTrue(Handshake.verify(Handshake.proof(secret, 's', clientNonce, serverNonce, address,
+                    realmOf(realmField)), w), "the server's proof is bound to the realm and the address");
+        }
+        return new int[] {Wire.HS_OK, welcomeStatus};
+    }
+
+    /** A version-4 handshake naming {@code realmField}'s realm with {@code secret}'s proof: the WELCOME's bytes. */
+    private static byte[] realmWelcome(Socket s, byte[] realmField, byte[] secret) throws IOException {
+        byte[] clientNonce = Handshake.nonce();
+        byte[] address = TcpAttacks.dialled(s);
+        byte[] serverNonce = new byte[Wire.NONCE_BYTES];
+        assertEquals(Wire.HS_OK, sendHello(s, realmField, Wire.VERSION, clientNonce, address, serverNonce));
+        return sendProof(s, realmField, secret, serverNonce, clientNonce, address);
+    }
+
+    /** Sends the HELLO and reads the CHALLENGE into {@code serverNonce}; its status. */
+    private static int sendHello(Socket s, byte[] realmField, short version, byte[] clientNonce, byte[] address,
+                                 byte[] serverNonce) throws IOException {
         OutputStream out = s.getOutputStream();
         DataInputStream in = new DataInputStream(s.getInputStream());
-        out.write(ByteBuffer.allocate(Wire.HELLO_BYTES + realmField.length).putInt(Wire.MAGIC).putShort(version)
-                .putShort((short) (Wire.FLAG_AUTH | Wire.FLAG_REALM)).put(clientNonce).put(realmField).array());
+        int flags = Wire.FLAG_AUTH | Wire.FLAG_REALM | (address == null ? 0 : Wire.FLAG_ADDRESS);
+        out.write(ByteBuffer.allocate(Wire.HELLO_BYTES + realmField.length + (address == null ? 0 : address.length))
+                .putInt(Wire.MAGIC).putShort(version).putShort((short) flags).put(clientNonce).put(realmField)
+                .put(address == null ? new byte[0] : address).array());
         byte[] challenge = new byte[Wire.CHALLENGE_BYTES];
         in.readFully(challenge);
         ByteBuffer c = ByteBuffer.wrap(challenge);
         assertEquals(Wire.MAGIC, c.getInt());
         c.getShort();
         int status = c.getShort();
-        if (status != Wire.HS_OK) {
-            return new int[] {status, -1};
-        }
-        byte[] serverNonce = new byte[Wire.NONCE_BYTES];
         c.get(serverNonce);
+        return status;
+    }
+
+    /** Sends the client's proof of {@code secret} and reads the WELCOME; its bytes. */
+    private static byte[] sendProof(Socket s, byte[] realmField, byte[] secret, byte[] serverNonce, byte[] clientNonce,
+                                    byte[] address) throws IOException {
+        s.getOutputStream().write(Handshake.proof(secret, 'c', serverNonce, clientNonce, address,
+                realmOf(realmField)));
+        byte[] welcome = new byte[Wire.WELCOME_BYTES];
+        new DataInputStream(s.getInputStream()).readFully(welcome);
+        return welcome;
+    }
+
+    private static byte[] realmOf(byte[] realmField) {
         byte[] realm = new byte[realmField.length - 1];
         System.arraycopy(realmField, 1, realm, 0, realm.length);
-        out.write(Handshake.proof(secret, 'c', serverNonce, clientNonce, realm));
-        byte[] welcome = new byte[Wire.WELCOME_BYTES];
-        in.readFully(welcome);
-        ByteBuffer w = ByteBuffer.wrap(welcome);
-        int welcomeStatus = w.getInt();
-        if (welcomeStatus == Wire.HS_OK) {
-            assertTrue(Handshake.verify(Handshake.proof(secret, 's', clientNonce, serverNonce, realm), w),
-                    "the server's proof is bound to the realm");
-        }
-        return new int[] {Wire.HS_OK, welcomeStatus};
+        return realm;
     }
 
     /** One READ request and its whole reply (header and payload) as bytes. */

@@ -119,6 +119,9 @@ final class RdmaFetcher<K, V> extends Thread {
         hostFailedThisTurn = false;
         currentHost = host;
         String why = client == null ? clientProblem : client.httpReason(host);
+        if (why == null && client != null) {
+            why = client.busyReason(host); // busy a moment ago: HTTP in this turn, READs again after the wait
+        }
         if (why != null) {
             overHttp(host, host.getNumKnownMapOutputs());
             return;
@@ -174,13 +177,18 @@ final class RdmaFetcher<K, V> extends Thread {
                     asked.length);
         } catch (IOException | IllegalArgumentException e) {
             shuffle.times().registering(System.nanoTime() - asking);
-            client.useHttp(host, "its rdma-shuffle service at " + service + " cannot be asked: " + e.getMessage());
+            if (e instanceof IOException io && client.cannotAsk(host, service, io)) {
+                shuffle.reporter().incrCounter(RdmaShuffleCounter.SERVICE_BUSY, 1); // this turn over HTTP, READs later
+            } else if (e instanceof IllegalArgumentException) {
+                client.useHttp(host, "its rdma-shuffle service at " + service + " cannot be asked: " + e.getMessage());
+            }
             viaHttp.addAll(batch);
             viaHttp.addAll(left);
             left.clear();
             return false;
         }
         shuffle.times().registering(System.nanoTime() - asking);
+        client.answered(host);
         if (reply.status() != RegisterProtocol.OK) {
             return refused(host, service, reply, batch, left, viaHttp);
         }

@@ -19,6 +19,11 @@ public enum RdmaShuffleCounter {
     /** NodeManagers this task fetched from over HTTP (one WARN each). */
     HOSTS_VIA_HTTP,
     /**
+     * Times a NodeManager's service was busy (at its connection limits) when this task connected: that host's
+     * outputs of the turn went over HTTP, and READs were tried again after a wait (one WARN per host).
+     */
+    SERVICE_BUSY,
+    /**
      * Fetches over READs that failed: a fault of the map's data (output missing, bad checksum), reported to
      * Hadoop's scheduler as the map's fetch failure, or a transport fault (a READ failed or timed out), after which
      * that host's outputs go to Hadoop's HTTP fetcher without blaming a map.
