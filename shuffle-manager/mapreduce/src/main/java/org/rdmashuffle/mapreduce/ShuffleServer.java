@@ -36,8 +36,9 @@ import org.slf4j.LoggerFactory;
  * threads, at most {@value #REGISTER_QUEUE} waiting; past that a reducer is answered {@link RegisterProtocol#BUSY}
  * and fetches that batch over HTTP this time), never on the node's transport thread: a REGISTER reads index files,
  * and a slow disk must not delay the READs of every job; its connection waits for the reply meanwhile, every other
- * is served. Secret lookups on the transport thread answer from memory
- * (the job tokens YARN handed the service).
+ * is served. A REGISTER's map output files are opened on opener threads ({@link OutputFileOpener}), the register
+ * worker waiting {@value #OPEN_BOUND_MS} ms at most (a FIFO a task swaps in would never open). Secret lookups on the
+ * transport thread answer from memory (the job tokens YARN handed the service).
  */
 final class ShuffleServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleServer.class);
