@@ -36,8 +36,9 @@ import org.slf4j.LoggerFactory;
  * threads, at most {@value #REGISTER_QUEUE} waiting; past that a reducer is answered {@link RegisterProtocol#BUSY}
  * and fetches that batch over HTTP this time), never on the node's transport thread: a REGISTER reads index files,
  * and a slow disk must not delay the READs of every job; its connection waits for the reply meanwhile, every other
- * is served. Secret lookups on the transport thread answer from memory
- * (the job tokens YARN handed the service).
+ * is served. A REGISTER's map output files are opened on opener threads ({@link OutputFileOpener}), the register
+ * worker waiting {@value #OPEN_BOUND_MS} ms at most (a FIFO a task swaps in would never open). Secret lookups on the
+ * transport thread answer from memory (the job tokens YARN handed the service).
  */
 final class ShuffleServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleServer.class);
@@ -70,6 +71,40 @@ final class ShuffleServer implements AutoCloseable {
 
     /** What happens between the steps of registering an output's files (tests plant links there). */
     private volatile FileSteps fileSteps = FileSteps.NONE;
+    /**
+     * Whether map output files must be owned by their job's user to be served (security is on: Hadoop's
+     * {@code ShuffleHandler} opens them with {@code SecureIOUtils} then).
+     */
+    private final boolean ownerChecked;
+    /** How long a register worker waits for a map output file to open (a FIFO swapped in never opens). */
+    static final long OPEN_BOUND_MS = 5000;
+    /** Opens map output files within {@link #OPEN_BOUND_MS}. */
+    private final OutputFileOpener opener;
+    /** Files refused for their owner (WARNed at most once a minute), and when that WARN was last logged. */
+    private final java.util.concurrent.atomic.AtomicLong wrongOwners = new java.util.concurrent.atomic.AtomicLong();
+    private final java.util.concurrent.atomic.AtomicLong wrongOwnerWarnedNanos =
+            new java.util.concurrent.atomic.AtomicLong(System.nanoTime() - 120_000_000_000L);
+
+    /**
+     * Whether Hadoop security is on for the service: {@code UserGroupInformation.isSecurityEnabled()} (as the
+     * NodeManager set it up), or {@code hadoop.security.authentication} other than {@code simple} in the service's
+     * configuration.
+     */
+    static boolean securityEnabled(Configuration conf) {
+        return org.apache.hadoop.security.UserGroupInformation.isSecurityEnabled()
+                || !"simple".equalsIgnoreCase(conf.getTrimmed("hadoop.security.authentication", "simple"));
+    }
+
+    /** Whether map output files are served only when owned by their job's user (security is on). */
+    boolean ownerChecked() {
+        return ownerChecked;
+    }
+
+    /** The opener of map output files (tests look at its threads). */
+    OutputFileOpener opener() {
+        return opener;
+    }
+
     /** Whether the WARN that this JVM cannot open map outputs safely (so serves none) was logged. */
     private final java.util.concurrent.atomic.AtomicBoolean warnedNoSecureOpen =
             new java.util.concurrent.atomic.AtomicBoolean();
@@ -88,6 +123,10 @@ final class ShuffleServer implements AutoCloseable {
         /** The index was read; the data file is not mapped yet. */
         default void indexRead(File index, File data) {
         }
+
+        /** A file ({@code shown}: its path) was checked to be a plain file (and its owner); it is not opened yet. */
+        default void checked(String shown) {
+        }
     }
 
     /** Tests: what runs between the steps of registering an output's files. */
@@ -98,6 +137,8 @@ final class ShuffleServer implements AutoCloseable {
     private ShuffleServer(int port, Configuration conf, RdmaShuffleConf rdma, String bindHost, String advertisedHost)
             throws IOException {
         this.port = port;
+        this.ownerChecked = securityEnabled(conf);
+        this.opener = new OutputFileOpener(OPEN_BOUND_MS, shown -> fileSteps.checked(shown), Integer.toString(port));
         this.jobs = new ServedJobs();
         this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf));
         NodeOptions options = new NodeOptions(bindHost, advertisedHost, ControlHandler.NONE, null)
@@ -108,6 +149,7 @@ final class ShuffleServer implements AutoCloseable {
                     "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf);
         } catch (IOException | RuntimeException | Error e) {
             registers.shutdownNow();
+            opener.close();
             throw e;
         }
         this.deregistrations = java.util.concurrent.Executors.newSingleThreadExecutor(r -> {
@@ -350,11 +392,18 @@ final class ShuffleServer implements AutoCloseable {
             // else is read into memory or mapped.
             LocalDirs.OpenedFiles opened;
             try {
-                opened = LocalDirs.openPlainFiles(files.dir(), files.below(), IndexCache.INDEX, IndexCache.DATA);
+                opened = LocalDirs.openPlainFiles(files.dir(), files.below(), rules(job), IndexCache.INDEX,
+                        IndexCache.DATA);
             } catch (LocalDirs.NoSecureOpen e) {
                 if (warnedNoSecureOpen.compareAndSet(false, true)) {
                     LOG.warn("rdma-shuffle: map outputs are served over HTTP only: {}", e.getMessage());
                 }
+                return MapState.HTTP;
+            } catch (LocalDirs.WrongOwner e) {
+                warnWrongOwner(attempt, e);
+                return MapState.GONE;
+            } catch (OutputFileOpener.NotOpenedInTime e) { // a slow disk must not get the map rerun
+                LOG.warn("rdma-shuffle: the output of {} goes over HTTP: {}", attempt, e.getMessage());
                 return MapState.HTTP;
             } catch (IOException e) {
                 LOG.warn("rdma-shuffle: the output of {} is not served: {}", attempt, e.toString());
@@ -376,7 +425,13 @@ final class ShuffleServer implements AutoCloseable {
         SpillRecord spill;
         try {
             spill = indexes.get(key, IndexCache.Located.of(reg.index(), IndexCache.attemptDir(job, attempt)),
-                    r.numReduces());
+                    r.numReduces(), rules(job));
+        } catch (LocalDirs.WrongOwner e) {
+            warnWrongOwner(attempt, e);
+            return MapState.GONE;
+        } catch (OutputFileOpener.NotOpenedInTime e) {
+            LOG.warn("rdma-shuffle: the output of {} goes over HTTP: {}", attempt, e.getMessage());
+            return MapState.HTTP;
         } catch (IOException e) { // dropped from memory, and its file is gone or changed since it was registered
             LOG.warn("rdma-shuffle: cannot read the index of map {} attempt {} of job {} again: {}", m.mapIndex(),
                     m.attempt(), job.realm(), e.toString());
@@ -384,6 +439,27 @@ final class ShuffleServer implements AutoCloseable {
         }
         IndexRecord rec = spill.getIndex(r.reduce());
         return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
+    }
+
+    /** How {@code job}'s output files are opened: owned by its user when security is on, within the bound. */
+    private LocalDirs.Rules rules(ServedJobs.Job job) {
+        return new LocalDirs.Rules(ownerChecked ? job.user : null, opener);
+    }
+
+    /** One WARN a minute at most for outputs refused for their owner, with how many were since the last. */
+    private void warnWrongOwner(TaskAttemptID attempt, LocalDirs.WrongOwner e) {
+        long n = wrongOwners.incrementAndGet();
+        long last = wrongOwnerWarnedNanos.get();
+        long now = System.nanoTime();
+        if (now - last >= 60_000_000_000L && wrongOwnerWarnedNanos.compareAndSet(last, now)) {
+            LOG.warn("rdma-shuffle: the output of {} is not served (security is on): {} ({} output(s) refused for"
+                    + " their owner so far; logged once a minute at most)", attempt, e.getMessage(), n);
+        }
+    }
+
+    /** Outputs refused because a file was not owned by the job's user (security on). */
+    long wrongOwners() {
+        return wrongOwners.get();
     }
 
     /** Reads the opened index, publishes the opened data file with its offsets, and says what the reducer finds. */
@@ -475,6 +551,7 @@ final class ShuffleServer implements AutoCloseable {
         } finally {
             deregistrations.shutdownNow();
             registers.shutdownNow();
+            opener.close();
         }
     }
 }
