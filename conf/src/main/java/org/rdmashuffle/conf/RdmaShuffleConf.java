@@ -237,13 +237,18 @@ public final class RdmaShuffleConf {
                     + "executors on one host; raise it for more executors per host, or for hosts that reach the "
                     + "node through one NAT address."));
 
+    /** With {@link #MAX_CONNECTIONS_PER_REALM} 0, how many realms at their share fill {@code maxConnections}. */
+    public static final int DEFAULT_REALM_SHARES = 8;
+
     public static final ConfigKey<Integer> MAX_CONNECTIONS_PER_REALM = declare(ConfigKey.integer(
-            PREFIX + "maxConnectionsPerRealm", 512, 1, 1 << 20,
+            PREFIX + "maxConnectionsPerRealm", 0, 0, 1 << 20,
             "tcp, on a node serving many jobs each with its own secret (MapReduce's NodeManager service: set it as "
                     + "`mapreduce.shuffle.rdma.maxConnectionsPerRealm`): connections one job's reducers hold on it "
-                    + "at once, so one job cannot take the node's `maxConnections` from the others. A connection "
-                    + "past it is refused busy after its handshake; its reducer fetches that host's outputs over "
-                    + "HTTP for a while and tries again. No effect on Spark's executors."));
+                    + "at once, so one job cannot take the node's `maxConnections` from the others. 0: an eighth of "
+                    + "`maxConnections` (at least 1; 128 of the default 1024), so eight jobs at their share fill the "
+                    + "node and fewer leave room for more. A connection past it is refused busy after its handshake; "
+                    + "its reducer fetches that host's outputs over HTTP for a while and tries again. No effect on "
+                    + "Spark's executors."));
 
     public static final ConfigKey<Long> IDLE_TIMEOUT = declare(ConfigKey.millis(PREFIX + "idleTimeout",
             "5min", 1000, 86_400_000,
@@ -308,9 +313,23 @@ public final class RdmaShuffleConf {
 
     private final Map<ConfigKey<?>, Object> values;
     private final Map<String, String> explicit;
+    private final String keyPrefix;
 
     /** Validates {@code settings} (other prefixes are ignored); throws {@link ConfigException} listing every problem. */
     public RdmaShuffleConf(Map<String, String> settings) {
+        this(settings, PREFIX);
+    }
+
+    /**
+     * Validates {@code settings} (keys under {@link #PREFIX}), which the user set as {@code keyPrefix + <name>}
+     * (e.g. {@code mapreduce.shuffle.rdma.}): every problem, and every message naming a key ({@link #keyName}),
+     * names the key as the user set it.
+     */
+    public RdmaShuffleConf(Map<String, String> settings, String keyPrefix) {
+        if (!keyPrefix.endsWith(".")) {
+            throw new IllegalArgumentException("a key prefix ends with a dot: " + keyPrefix);
+        }
+        this.keyPrefix = keyPrefix;
         Map<String, ConfigKey<?>> byName = new HashMap<>();
         for (ConfigKey<?> k : ALL) {
             byName.put(k.name(), k);
@@ -345,7 +364,7 @@ public final class RdmaShuffleConf {
             crossCheck(problems);
         }
         if (!problems.isEmpty()) {
-            throw new ConfigException(problems);
+            throw new ConfigException(problems.stream().map(p -> p.replace(PREFIX, keyPrefix)).toList());
         }
     }
 
@@ -415,177 +434,76 @@ public final class RdmaShuffleConf {
     public RdmaShuffleConf with(Map<String, String> overrides) {
         Map<String, String> merged = new HashMap<>(explicit);
         merged.putAll(overrides);
-        return new RdmaShuffleConf(merged);
+        return new RdmaShuffleConf(merged, keyPrefix);
+    }
+
+    /** The prefix of the keys as the user set them: {@link #PREFIX}, or another adapter's (the settings' keys keep PREFIX). */
+    public String keyPrefix() {
+        return keyPrefix;
+    }
+
+    /** {@code key}'s name as the user set it (under {@link #keyPrefix()}), for messages. */
+    public String keyName(ConfigKey<?> key) {
+        return keyName(key.name().substring(PREFIX.length()));
+    }
+
+    /** The key {@code suffix} (e.g. {@code "idleTimeout"}) as the user set it, for messages. */
+    public String keyName(String suffix) {
+        return keyPrefix + suffix;
     }
 
     /** The configured bind address or interface name; empty for the default (the block manager host). */
-    public String bindAddress() {
-        return get(BIND_ADDRESS);
-    }
+    public String bindAddress() { return get(BIND_ADDRESS); }
 
     /** The ToS byte for rdma_cm ids (and tcp sockets), or -1 for the kernel's default. */
-    public int verbsTos() {
-        return get(VERBS_TOS);
-    }
-
-    public Provider provider() {
-        return get(PROVIDER);
-    }
-
-    public Fallback fallback() {
-        return get(FALLBACK);
-    }
-
-    public int port() {
-        return get(PORT);
-    }
-
-    public int portMaxRetries() {
-        return get(PORT_MAX_RETRIES);
-    }
-
-    public long maxBytesInFlight() {
-        return get(MAX_BYTES_IN_FLIGHT);
-    }
-
-    public int maxReadsInFlightPerPeer() {
-        return get(MAX_READS_IN_FLIGHT_PER_PEER);
-    }
-
-    public int sendQueueDepth() {
-        return get(SEND_QUEUE_DEPTH);
-    }
-
-    public int readBlockSizeBytes() {
-        return Math.toIntExact(get(READ_BLOCK_SIZE));
-    }
-
-    public boolean localBlocksFromDisk() {
-        return get(LOCAL_BLOCKS_FROM_DISK);
-    }
-
-    public boolean startEarly() {
-        return get(START_EARLY);
-    }
-
-    public int maxRegionSizeBytes() {
-        return Math.toIntExact(get(MAX_REGION_SIZE));
-    }
+    public int verbsTos() { return get(VERBS_TOS); }
 
     /** Most bytes of map outputs an executor keeps registered; 0: no cap. */
-    public long maxRegisteredOutputBytes() {
-        return get(MAX_REGISTERED_OUTPUT_BYTES);
-    }
+    public long maxRegisteredOutputBytes() { return get(MAX_REGISTERED_OUTPUT_BYTES); }
 
-    public long orphanCheckIntervalMs() {
-        return get(ORPHAN_CHECK_INTERVAL);
-    }
-
-    public int nodeRestarts() {
-        return get(NODE_RESTARTS);
-    }
-
-    public int poolMinBufferSizeBytes() {
-        return Math.toIntExact(get(POOL_MIN_BUFFER_SIZE));
-    }
-
-    public int poolMaxBufferSizeBytes() {
-        return Math.toIntExact(get(POOL_MAX_BUFFER_SIZE));
-    }
-
-    public int poolChunkSizeBytes() {
-        return Math.toIntExact(get(POOL_CHUNK_SIZE));
-    }
-
-    public long poolMaxRegisteredBytes() {
-        return get(POOL_MAX_REGISTERED_BYTES);
-    }
-
-    public long poolAcquireTimeoutMs() {
-        return get(POOL_ACQUIRE_TIMEOUT);
-    }
-
-    public PreallocationSpec poolPreallocate() {
-        return get(POOL_PREALLOCATE);
-    }
-
-    public int poolThreadCacheBuffers() {
-        return get(POOL_THREAD_CACHE_BUFFERS);
-    }
-
-    public LeakDetection poolLeakDetection() {
-        return get(POOL_LEAK_DETECTION);
-    }
-
-    public long connectTimeoutMs() {
-        return get(CONNECT_TIMEOUT);
-    }
-
-    public int connectRetries() {
-        return get(CONNECT_RETRIES);
-    }
-
-    public long connectRetryWaitMs() {
-        return get(CONNECT_RETRY_WAIT);
-    }
-
-    public long requestTimeoutMs() {
-        return get(REQUEST_TIMEOUT);
-    }
-
-    public int verbsMaxQpReadAtoms() {
-        return get(VERBS_MAX_READ_ATOMS);
-    }
-
-    public int verbsCompletionQueueSize() {
-        return get(VERBS_COMPLETION_QUEUE_SIZE);
-    }
-
-    public long verbsStallCheckMs() {
-        return get(VERBS_STALL_CHECK);
-    }
-
-    public VerbsApi verbsApi() {
-        return get(VERBS_API);
-    }
-
-    public int verbsEventTimeoutMs() {
-        return (int) (long) get(VERBS_POLL_TIMEOUT);
-    }
-
-    public int verbsRetryCount() {
-        return get(VERBS_RETRY_COUNT);
-    }
-
-    public int verbsRnrRetryCount() {
-        return get(VERBS_RNR_RETRY_COUNT);
-    }
-
-    public int maxControlMessageSizeBytes() {
-        return Math.toIntExact(get(MAX_CONTROL_MESSAGE_SIZE));
-    }
-
-    public int maxConnections() {
-        return get(MAX_CONNECTIONS);
-    }
-
-    public int maxHandshakingConnections() {
-        return get(MAX_HANDSHAKING_CONNECTIONS);
-    }
-
-    public int maxConnectionsPerAddress() {
-        return get(MAX_CONNECTIONS_PER_ADDRESS);
-    }
-
+    /** Connections one realm may hold: {@link #MAX_CONNECTIONS_PER_REALM}, or an eighth of maxConnections for 0. */
     public int maxConnectionsPerRealm() {
-        return get(MAX_CONNECTIONS_PER_REALM);
+        int share = get(MAX_CONNECTIONS_PER_REALM);
+        return share > 0 ? share : Math.max(1, maxConnections() / DEFAULT_REALM_SHARES);
     }
 
-    public long idleTimeoutMs() {
-        return get(IDLE_TIMEOUT);
-    }
-
-    public long frameTimeoutMs() {
-        return get(FRAME_TIMEOUT);
-    }
+    // The other keys' values, typed.
+    public Provider provider() { return get(PROVIDER); }
+    public Fallback fallback() { return get(FALLBACK); }
+    public int port() { return get(PORT); }
+    public int portMaxRetries() { return get(PORT_MAX_RETRIES); }
+    public long maxBytesInFlight() { return get(MAX_BYTES_IN_FLIGHT); }
+    public int maxReadsInFlightPerPeer() { return get(MAX_READS_IN_FLIGHT_PER_PEER); }
+    public int sendQueueDepth() { return get(SEND_QUEUE_DEPTH); }
+    public int readBlockSizeBytes() { return Math.toIntExact(get(READ_BLOCK_SIZE)); }
+    public boolean localBlocksFromDisk() { return get(LOCAL_BLOCKS_FROM_DISK); }
+    public boolean startEarly() { return get(START_EARLY); }
+    public int maxRegionSizeBytes() { return Math.toIntExact(get(MAX_REGION_SIZE)); }
+    public long orphanCheckIntervalMs() { return get(ORPHAN_CHECK_INTERVAL); }
+    public int nodeRestarts() { return get(NODE_RESTARTS); }
+    public int poolMinBufferSizeBytes() { return Math.toIntExact(get(POOL_MIN_BUFFER_SIZE)); }
+    public int poolMaxBufferSizeBytes() { return Math.toIntExact(get(POOL_MAX_BUFFER_SIZE)); }
+    public int poolChunkSizeBytes() { return Math.toIntExact(get(POOL_CHUNK_SIZE)); }
+    public long poolMaxRegisteredBytes() { return get(POOL_MAX_REGISTERED_BYTES); }
+    public long poolAcquireTimeoutMs() { return get(POOL_ACQUIRE_TIMEOUT); }
+    public PreallocationSpec poolPreallocate() { return get(POOL_PREALLOCATE); }
+    public int poolThreadCacheBuffers() { return get(POOL_THREAD_CACHE_BUFFERS); }
+    public LeakDetection poolLeakDetection() { return get(POOL_LEAK_DETECTION); }
+    public long connectTimeoutMs() { return get(CONNECT_TIMEOUT); }
+    public int connectRetries() { return get(CONNECT_RETRIES); }
+    public long connectRetryWaitMs() { return get(CONNECT_RETRY_WAIT); }
+    public long requestTimeoutMs() { return get(REQUEST_TIMEOUT); }
+    public int verbsMaxQpReadAtoms() { return get(VERBS_MAX_READ_ATOMS); }
+    public int verbsCompletionQueueSize() { return get(VERBS_COMPLETION_QUEUE_SIZE); }
+    public long verbsStallCheckMs() { return get(VERBS_STALL_CHECK); }
+    public VerbsApi verbsApi() { return get(VERBS_API); }
+    public int verbsEventTimeoutMs() { return (int) (long) get(VERBS_POLL_TIMEOUT); }
+    public int verbsRetryCount() { return get(VERBS_RETRY_COUNT); }
+    public int verbsRnrRetryCount() { return get(VERBS_RNR_RETRY_COUNT); }
+    public int maxControlMessageSizeBytes() { return Math.toIntExact(get(MAX_CONTROL_MESSAGE_SIZE)); }
+    public int maxConnections() { return get(MAX_CONNECTIONS); }
+    public int maxHandshakingConnections() { return get(MAX_HANDSHAKING_CONNECTIONS); }
+    public int maxConnectionsPerAddress() { return get(MAX_CONNECTIONS_PER_ADDRESS); }
+    public long idleTimeoutMs() { return get(IDLE_TIMEOUT); }
+    public long frameTimeoutMs() { return get(FRAME_TIMEOUT); }
 }

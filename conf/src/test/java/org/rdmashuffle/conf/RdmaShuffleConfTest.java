@@ -20,6 +20,39 @@ class RdmaShuffleConfTest {
         assertEquals(4096, c.poolMinBufferSizeBytes());
         assertTrue(c.poolPreallocate().entries().isEmpty());
         assertFalse(c.isSet(RdmaShuffleConf.PROVIDER));
+        assertEquals(128, c.maxConnectionsPerRealm(), "an eighth of maxConnections=1024");
+    }
+
+    @Test
+    void shouldNameKeysAsTheUserSetThemWhenReadUnderAnotherPrefix() {
+        RdmaShuffleConf spark = RdmaShuffleConf.defaults();
+        assertEquals("spark.shuffle.rdma.idleTimeout", spark.keyName(RdmaShuffleConf.IDLE_TIMEOUT));
+        RdmaShuffleConf mr = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.idleTimeout", "2min"),
+                "mapreduce.shuffle.rdma.");
+        assertEquals(120_000, mr.idleTimeoutMs(), "the settings keep the Spark keys");
+        assertEquals("mapreduce.shuffle.rdma.idleTimeout", mr.keyName(RdmaShuffleConf.IDLE_TIMEOUT));
+        assertEquals("mapreduce.shuffle.rdma.verbs.maxQpReadAtoms", mr.keyName(RdmaShuffleConf.VERBS_MAX_READ_ATOMS));
+        assertEquals("mapreduce.shuffle.rdma.port", mr.with(Map.of("spark.shuffle.rdma.port", "0"))
+                .keyName(RdmaShuffleConf.PORT), "a copy keeps the prefix");
+        ConfigException e = assertThrows(ConfigException.class, () -> new RdmaShuffleConf(Map.of(
+                "spark.shuffle.rdma.idleTimeout", "soon", "spark.shuffle.rdma.nope", "1"), "mapreduce.shuffle.rdma."));
+        assertEquals(2, e.problems().size(), e.getMessage());
+        assertTrue(e.getMessage().contains("mapreduce.shuffle.rdma.idleTimeout='soon'"), e.getMessage());
+        assertTrue(e.getMessage().contains("mapreduce.shuffle.rdma.nope: unknown key"), e.getMessage());
+        assertFalse(e.getMessage().contains("spark.shuffle.rdma."), e.getMessage());
+    }
+
+    @Test
+    void shouldTakeAnEighthOfMaxConnectionsAsTheRealmShareWhenItIsZero() {
+        assertEquals(512, new RdmaShuffleConf(Map.of("spark.shuffle.rdma.maxConnections", "4096"))
+                .maxConnectionsPerRealm());
+        assertEquals(1, new RdmaShuffleConf(Map.of("spark.shuffle.rdma.maxConnections", "3"))
+                .maxConnectionsPerRealm(), "at least one");
+        assertEquals(700, new RdmaShuffleConf(Map.of("spark.shuffle.rdma.maxConnectionsPerRealm", "700"))
+                .maxConnectionsPerRealm(), "set: as set");
+        ConfigException e = assertThrows(ConfigException.class,
+                () -> new RdmaShuffleConf(Map.of("spark.shuffle.rdma.maxConnectionsPerRealm", "-1")));
+        assertTrue(e.getMessage().contains("spark.shuffle.rdma.maxConnectionsPerRealm='-1'"), e.getMessage());
     }
 
     @Test

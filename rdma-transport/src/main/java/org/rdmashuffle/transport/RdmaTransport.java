@@ -31,25 +31,26 @@ public final class RdmaTransport {
 
     /** Opens a node as {@link #open} does, and says which provider it runs and why. */
     public static Opened openChosen(RdmaShuffleConf conf, NodeOptions options) throws IOException {
+        String provider = conf.keyName(RdmaShuffleConf.PROVIDER); // as the user set it
         switch (conf.provider()) {
             case TCP:
                 return new Opened(new TcpNode(conf, options), TransportChoice.tcp("provider=tcp", false));
             case VERBS: {
                 Optional<String> unsupported = verbsCannotServe(options);
                 if (unsupported.isPresent()) {
-                    throw new TransportException("spark.shuffle.rdma.provider=verbs, but " + unsupported.get()
+                    throw new TransportException(provider + "=verbs, but " + unsupported.get()
                             + ". Use provider=tcp or auto.");
                 }
                 Optional<String> missing = VerbsSupport.missing(conf.verbsApi());
                 if (missing.isPresent()) {
-                    throw new TransportException("spark.shuffle.rdma.provider=verbs, but the verbs provider cannot run: "
+                    throw new TransportException(provider + "=verbs, but the verbs provider cannot run: "
                             + missing.get() + ". Use provider=tcp or auto.");
                 }
                 try {
                     VerbsNode n = new VerbsNode(conf, options);
                     return new Opened(n, verbsChoice(n, "provider=verbs"));
                 } catch (IOException | LinkageError e) {
-                    throw new TransportException("spark.shuffle.rdma.provider=verbs, but the verbs node did not start: "
+                    throw new TransportException(provider + "=verbs, but the verbs node did not start: "
                             + e.getMessage() + ". Use provider=tcp or auto.", e);
                 }
             }
@@ -57,15 +58,15 @@ public final class RdmaTransport {
             default: {
                 Optional<String> missing = verbsCannotServe(options).or(() -> VerbsSupport.missing(conf.verbsApi()));
                 if (missing.isPresent()) {
-                    LOG.warn("spark.shuffle.rdma.provider=auto: using tcp ({})", missing.get());
+                    LOG.warn("{}=auto: using tcp ({})", provider, missing.get());
                     return new Opened(new TcpNode(conf, options), TransportChoice.tcp("auto: " + missing.get(), true));
                 }
                 try {
                     VerbsNode n = new VerbsNode(conf, options);
-                    LOG.info("spark.shuffle.rdma.provider=auto: using verbs through {}", n.api());
+                    LOG.info("{}=auto: using verbs through {}", provider, n.api());
                     return new Opened(n, verbsChoice(n, "provider=auto"));
                 } catch (IOException | LinkageError e) {
-                    LOG.warn("spark.shuffle.rdma.provider=auto: using tcp (the verbs node did not start on {}: {})",
+                    LOG.warn("{}=auto: using tcp (the verbs node did not start on {}: {})", provider,
                             options.bindHost(), e.getMessage());
                     return new Opened(new TcpNode(conf, options), TransportChoice.tcp("auto: the verbs node did not start on "
                             + options.bindHost() + ": " + e.getMessage(), true));
@@ -92,7 +93,7 @@ public final class RdmaTransport {
     public static Optional<String> unavailable(RdmaShuffleConf conf) {
         if (conf.provider() == RdmaShuffleConf.Provider.VERBS) {
             return VerbsSupport.missing(conf.verbsApi()).map(
-                    why -> "spark.shuffle.rdma.provider=verbs, but the verbs provider cannot run: " + why);
+                    why -> conf.keyName(RdmaShuffleConf.PROVIDER) + "=verbs, but the verbs provider cannot run: " + why);
         }
         return Optional.empty();
     }

@@ -199,14 +199,13 @@ final class ConnectionAdmission {
             }
         }
         if (src != null) {
-            refusalLog.warn("refused a connection from {}: its address holds {} connections; limit "
-                    + "spark.shuffle.rdma.maxConnectionsPerAddress={}", remote, src.connections,
-                    limits.maxConnectionsPerAddress());
+            refusalLog.warn("refused a connection from {}: its address holds {} connections; limit {}={}", remote,
+                    src.connections, limits.keys().maxConnectionsPerAddress, limits.maxConnectionsPerAddress());
         } else {
             refusalLog.warn("refused a connection from {}: {} connections served ({} handshaking, none of the others "
-                            + "silent for a second); limits spark.shuffle.rdma.maxConnections={}, "
-                            + "spark.shuffle.rdma.maxHandshakingConnections={}",
-                    remote, connections.size(), handshaking, limits.maxConnections(), limits.maxHandshaking());
+                            + "silent for a second); limits {}={}, {}={}", remote, connections.size(), handshaking,
+                    limits.keys().maxConnections, limits.maxConnections(), limits.keys().maxHandshakingConnections,
+                    limits.maxHandshaking());
         }
     }
 
@@ -239,8 +238,8 @@ final class ConnectionAdmission {
         if (victim != null) {
             responder.connectionsClosedByLimit++;
             responder.limitLog.warn("closing connection from {}: still in its handshake when a new connection came "
-                    + "past spark.shuffle.rdma.maxHandshakingConnections={} ({} handshaking from its address)",
-                    victim.remote, limits.maxHandshaking(), victimWeight);
+                    + "past {}={} ({} handshaking from its address)", victim.remote,
+                    limits.keys().maxHandshakingConnections, limits.maxHandshaking(), victimWeight);
             victim.abort();
         }
     }
@@ -267,8 +266,8 @@ final class ConnectionAdmission {
             return false;
         }
         responder.connectionsClosedByLimit++;
-        responder.limitLog.warn("closing connection from {}: still in its handshake when its address reached "
-                + "spark.shuffle.rdma.maxConnectionsPerAddress={}", oldest.remote, limits.maxConnectionsPerAddress());
+        responder.limitLog.warn("closing connection from {}: still in its handshake when its address reached {}={}",
+                oldest.remote, limits.keys().maxConnectionsPerAddress, limits.maxConnectionsPerAddress());
         oldest.abort();
         return true;
     }
@@ -291,7 +290,7 @@ final class ConnectionAdmission {
         }
         responder.connectionsClosedByLimit++;
         responder.limitLog.warn("closing connection from {}: draining after an error reply when room was needed (at "
-                + "most spark.shuffle.rdma.maxHandshakingConnections={} drain at once)", oldest.remote,
+                + "most {}={} drain at once)", oldest.remote, limits.keys().maxHandshakingConnections,
                 limits.maxDraining());
         oldest.abort();
         return true;
@@ -338,8 +337,8 @@ final class ConnectionAdmission {
         if (!evictionLogged || now - lastEvictionLogNanos >= EVICTION_LOG_INTERVAL_NANOS) {
             evictionLogged = true;
             LOG.info("closed {} connection(s) silent for a second or more (the last from {}, silent {} ms) to admit "
-                            + "new ones at spark.shuffle.rdma.maxConnections={}; {} closed so far",
-                    evictionsSinceLog, c.remote, (now - c.lastActiveNanos) / 1_000_000, limits.maxConnections(),
+                            + "new ones at {}={}; {} closed so far", evictionsSinceLog, c.remote,
+                    (now - c.lastActiveNanos) / 1_000_000, limits.keys().maxConnections, limits.maxConnections(),
                     responder.connectionsEvictedIdle);
             lastEvictionLogNanos = now;
             evictionsSinceLog = 0;
@@ -378,9 +377,8 @@ final class ConnectionAdmission {
         }
         if (oldest != null) {
             responder.connectionsClosedByLimit++;
-            responder.limitLog.warn("closing connection from {}: still in its handshake, past "
-                    + "spark.shuffle.rdma.maxConnections={}, when a new connection came", oldest.remote,
-                    limits.maxConnections());
+            responder.limitLog.warn("closing connection from {}: still in its handshake, past {}={}, when a new "
+                    + "connection came", oldest.remote, limits.keys().maxConnections, limits.maxConnections());
             oldest.abort();
         }
     }

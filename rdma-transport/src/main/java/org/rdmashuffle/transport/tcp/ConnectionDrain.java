@@ -51,7 +51,7 @@ final class ConnectionDrain {
         for (;;) {
             String why = null;
             if (System.nanoTime() - c.drainSinceNanos > responder.handshakeTimeoutNanos) {
-                why = "peer did not close within spark.shuffle.rdma.connectTimeout after an error reply";
+                why = responder.limits.keys().drainLate;
             } else if (c.drainedBytes > responder.limits.maxDrainBytes()) {
                 why = "peer sent more than " + responder.limits.maxDrainBytes() + " bytes after an error reply";
             }

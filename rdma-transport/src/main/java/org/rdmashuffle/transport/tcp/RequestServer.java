@@ -56,9 +56,8 @@ final class RequestServer {
             serveRead(c, requestId, rkey, address, length);
         } else if (op == Wire.OP_CONTROL) {
             if (length < 0 || length > maxControlBytes) {
-                responder.limitLog.warn("closing connection from {}: control message of {} bytes claimed, limit "
-                        + "spark.shuffle.rdma.maxControlMessageSize={}", c.remote, length & 0xFFFFFFFFL,
-                        maxControlBytes);
+                responder.limitLog.warn("closing connection from {}: control message of {} bytes claimed, limit {}={}",
+                        c.remote, length & 0xFFFFFFFFL, responder.limits.keys().maxControlMessageSize, maxControlBytes);
                 malformed(c, requestId);
             } else if (length == 0) {
                 // A keep-alive: answered at once, never shown to the handler.
@@ -214,8 +213,8 @@ final class RequestServer {
         }
         int len = reply == null ? 0 : reply.remaining();
         if (len > maxControlBytes) {
-            responder.errorLog.warn("control reply of {} bytes to {} exceeds spark.shuffle.rdma.maxControlMessageSize={}",
-                    len, c.remote, maxControlBytes);
+            responder.errorLog.warn("control reply of {} bytes to {} exceeds {}={}", len, c.remote,
+                    responder.limits.keys().maxControlMessageSize, maxControlBytes);
             status = ReadStatus.HANDLER_FAILED;
             len = 0;
             reply = null;

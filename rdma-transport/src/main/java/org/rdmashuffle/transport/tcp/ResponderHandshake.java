@@ -163,7 +163,7 @@ final class ResponderHandshake {
         if (status == Wire.HS_OK && c.realm != null && !responder.admission.roomForRealm(c)) {
             status = Wire.HS_BUSY; // this realm holds its share of the node's connections
             why = "its realm holds " + responder.admission.connectionsOfRealm(c.realm) + " connections; limit "
-                    + "spark.shuffle.rdma.maxConnectionsPerRealm=" + responder.limits.maxConnectionsPerRealm();
+                    + responder.limits.keys().maxConnectionsPerRealm + "=" + responder.limits.maxConnectionsPerRealm();
         }
         if (status == Wire.HS_OK && !responder.admission.roomForAuthenticated(c)) {
             status = Wire.HS_BUSY; // past maxConnections, and no connection silent for a second any more
@@ -226,7 +226,7 @@ final class ResponderHandshake {
     private void refuse(ServedConnection c, int status, String why) {
         responder.connectionsRefused++;
         handshakeLog.warn("refused connection from {}: {}{}", c.remote,
-                why != null ? why : Wire.handshakeStatus(status),
+                why != null ? why : status == Wire.HS_BUSY ? responder.limits.keys().busy : Wire.handshakeStatus(status),
                 c.realm == null ? "" : " (realm " + Realms.printable(c.realm) + ")");
         c.clientNonce = null;
         c.serverNonce = null;

@@ -131,26 +131,24 @@ final class ServedConnection {
                         ? "peer did not close after an error reply" : null;
             case AWAIT_HELLO, AWAIT_AUTH:
                 return now - acceptedNanos > responder.handshakeTimeoutNanos
-                        ? "no handshake within spark.shuffle.rdma.connectTimeout" : null;
+                        ? responder.limits.keys().noHandshake : null;
             case CLOSED:
                 return null;
             case CONTROL_PENDING:
                 // The node's own handler has not answered: no frame deadline, and no peer to blame for silence;
                 // a handler that never answers still frees the connection after the idle timeout.
                 return now - lastProgressNanos > responder.idleTimeoutNanos
-                        ? "its control reply was not ready within spark.shuffle.rdma.idleTimeout" : null;
+                        ? responder.limits.keys().controlReplyLate : null;
             default:
                 if (partialSinceNanos != 0 && now - partialSinceNanos > responder.frameTimeoutNanos) {
-                    return "a frame's remaining bytes did not arrive within spark.shuffle.rdma.frameTimeout";
+                    return responder.limits.keys().frameLate;
                 }
                 if (payload != null && now - payloadSinceNanos > responder.idleTimeoutNanos) {
-                    return "one reply was not read within spark.shuffle.rdma.idleTimeout (a reader that "
-                            + "trickles)";
+                    return responder.limits.keys().replyUnread;
                 }
                 if (now - lastProgressNanos > responder.idleTimeoutNanos) {
-                    return "no byte moved for spark.shuffle.rdma.idleTimeout ("
-                            + (payload != null || out.position() > 0 ? "the peer stopped reading its replies"
-                            : "idle") + ")";
+                    return payload != null || out.position() > 0 ? responder.limits.keys().idleNotReading
+                            : responder.limits.keys().idle;
                 }
                 return null;
         }

@@ -152,7 +152,7 @@ final class TcpChannel implements RdmaChannel {
         CompletableFuture<ByteBuffer> f = new CompletableFuture<>();
         if (request.remaining() > maxControlBytes) {
             f.completeExceptionally(new TransportException("control message of " + request.remaining()
-                    + " bytes exceeds spark.shuffle.rdma.maxControlMessageSize=" + maxControlBytes));
+                    + " bytes exceeds " + node.keys.maxControlMessageSize + "=" + maxControlBytes));
             return f;
         }
         if (!request.hasRemaining()) {
@@ -207,7 +207,7 @@ final class TcpChannel implements RdmaChannel {
             retired = true;
             node.retired(this);
         } else if (unused > idleNanos + idleNanos / 3 && closeIfStillUnused(now)) {
-            fail(ReadStatus.IDLE_CLOSED, "unused for spark.shuffle.rdma.idleTimeout");
+            fail(ReadStatus.IDLE_CLOSED, "unused for " + node.keys.idleTimeout);
         }
     }
 
@@ -370,7 +370,7 @@ final class TcpChannel implements RdmaChannel {
         long h = ring.head;
         if (h < ring.tail && now - Math.max(ring.postNanos[ring.slot(h)], lastReplyNanos) > timeoutNanos) {
             fail(ReadStatus.TIMEOUT, "no reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
-                    + " ms (spark.shuffle.rdma.requestTimeout)");
+                    + " ms (" + node.keys.requestTimeout + ")");
         }
     }
 

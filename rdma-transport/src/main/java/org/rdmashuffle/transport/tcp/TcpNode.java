@@ -47,6 +47,8 @@ public final class TcpNode implements RdmaNode {
     public static final String PROVIDER = "tcp";
 
     private final RdmaShuffleConf conf;
+    /** The keys this node's messages name, as its configuration was read. */
+    final KeyNames keys;
     private final NodeOptions options;
     /** The UTF-8 bytes of the realm this node's connections name, or null. */
     private final byte[] realm;
@@ -81,17 +83,18 @@ public final class TcpNode implements RdmaNode {
 
     public TcpNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         this.conf = conf;
+        this.keys = new KeyNames(conf);
         this.options = options;
         java.security.SecureRandom keys = new java.security.SecureRandom();
         this.keyMultiplier = keys.nextInt() | 1;
         this.keyOffset = keys.nextInt();
         this.realm = options.realm() == null ? null : Realms.requireValid(options.realm());
-        this.server = bind(options.bindHost(), conf.port(), conf.portMaxRetries());
+        this.server = bind(options.bindHost(), conf.port(), conf.portMaxRetries(), this.keys);
         int port = ((InetSocketAddress) server.getLocalAddress()).getPort();
         this.address = new NodeAddress(options.advertisedHost(), port, PROVIDER);
         try {
             this.responder = new TcpResponder(this, server, table, options.controlHandler(), options.secret(),
-                    options.secrets(), TcpResponder.Limits.from(conf));
+                    options.secrets(), TcpResponder.Limits.from(conf, this.keys));
             this.requester = new TcpRequester(this);
         } catch (IOException | RuntimeException e) {
             server.close();
@@ -106,7 +109,7 @@ public final class TcpNode implements RdmaNode {
         LOG.info("tcp node listening on {}", address);
     }
 
-    private static ServerSocketChannel bind(String host, int port, int retries) throws IOException {
+    private static ServerSocketChannel bind(String host, int port, int retries, KeyNames keys) throws IOException {
         int attempts = port == 0 ? 1 : retries + 1;
         BindException last = null;
         for (int a = 0; a < attempts && port + a <= 65535; a++) {
@@ -124,7 +127,7 @@ public final class TcpNode implements RdmaNode {
             }
         }
         throw new TransportException("cannot listen on " + host + " ports " + port + ".." + (port + attempts - 1)
-                + " (all taken; see spark.shuffle.rdma.port and spark.shuffle.rdma.port.maxRetries)", last);
+                + " (all taken; see " + keys.port + " and " + keys.portMaxRetries + ")", last);
     }
 
     /** The ToS byte for this node's sockets ({@code spark.shuffle.rdma.verbs.tos}), or -1 for the kernel's. */
@@ -239,7 +242,7 @@ public final class TcpNode implements RdmaNode {
             challenge.getShort();
             int status = challenge.getShort();
             if (status == Wire.HS_BUSY) {
-                throw new Busy(Wire.handshakeStatus(status)); // worth a retry
+                throw new Busy(keys.busy); // worth a retry
             }
             if (status == Wire.HS_OTHER_ADDRESS) {
                 throw new HandshakeRefused("this node dialled " + dialled + ", and " + Wire.handshakeStatus(status));
@@ -257,7 +260,7 @@ public final class TcpNode implements RdmaNode {
             if (status == Wire.HS_BUSY) {
                 // past the peer's maxConnections (it found no silent connection to close for this one), or this
                 // realm holds its share of the peer's connections
-                throw new Busy(Wire.handshakeStatus(status)); // worth a retry
+                throw new Busy(keys.busy); // worth a retry
             }
             if (status != Wire.HS_OK) {
                 throw new HandshakeRefused(Wire.handshakeStatus(status, realmName));
@@ -292,16 +295,16 @@ public final class TcpNode implements RdmaNode {
         return c;
     }
 
-    private static void waitFor(Selector sel, long deadline, String what) throws IOException {
+    private void waitFor(Selector sel, long deadline, String what) throws IOException {
         long leftMs = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
         if (leftMs <= 0) {
-            throw new IOException(what + " timed out (spark.shuffle.rdma.connectTimeout)");
+            throw new IOException(what + " timed out (" + keys.connectTimeout + ")");
         }
         sel.select(leftMs);
         sel.selectedKeys().clear();
     }
 
-    private static void exchange(SocketChannel sc, Selector sel, ByteBuffer b, long deadline) throws IOException {
+    private void exchange(SocketChannel sc, Selector sel, ByteBuffer b, long deadline) throws IOException {
         SelectionKey k = sc.keyFor(sel);
         k = k == null ? sc.register(sel, SelectionKey.OP_WRITE) : k;
         k.interestOps(SelectionKey.OP_WRITE);
@@ -312,7 +315,7 @@ public final class TcpNode implements RdmaNode {
         }
     }
 
-    private static void receive(SocketChannel sc, Selector sel, ByteBuffer b, long deadline) throws IOException {
+    private void receive(SocketChannel sc, Selector sel, ByteBuffer b, long deadline) throws IOException {
         SelectionKey k = sc.keyFor(sel);
         k = k == null ? sc.register(sel, SelectionKey.OP_READ) : k;
         k.interestOps(SelectionKey.OP_READ);

@@ -79,13 +79,14 @@ final class TcpResponder implements Runnable {
      */
     private static final int DRAIN_SLACK_BYTES = 1 << 20;
 
-    /** What one peer can make this node hold. */
+    /** What one peer can make this node hold, and the names of those keys as the node's configuration was read. */
     record Limits(int maxConnections, int maxConnectionsPerAddress, int maxHandshaking, int maxControlBytes,
-                  long handshakeTimeoutMs, long idleTimeoutMs, long frameTimeoutMs, int maxConnectionsPerRealm) {
-        static Limits from(RdmaShuffleConf conf) {
+                  long handshakeTimeoutMs, long idleTimeoutMs, long frameTimeoutMs, int maxConnectionsPerRealm,
+                  KeyNames keys) {
+        static Limits from(RdmaShuffleConf conf, KeyNames keys) {
             return new Limits(conf.maxConnections(), conf.maxConnectionsPerAddress(), conf.maxHandshakingConnections(),
                     conf.maxControlMessageSizeBytes(), conf.connectTimeoutMs(), conf.idleTimeoutMs(),
-                    conf.frameTimeoutMs(), conf.maxConnectionsPerRealm());
+                    conf.frameTimeoutMs(), conf.maxConnectionsPerRealm(), keys);
         }
 
         /** Connections kept draining after an error reply at most (the oldest is reset past it). */

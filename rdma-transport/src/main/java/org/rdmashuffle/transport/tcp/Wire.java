@@ -80,9 +80,7 @@ final class Wire {
                     + "authentication on refuses a client older than that, whose proof does not name the node)";
             case HS_AUTH_MISMATCH -> "one side has spark.authenticate on and the other off";
             case HS_AUTH_FAILED -> "authentication failed (different secrets)";
-            case HS_BUSY -> "the peer serves as many connections as its limits allow (spark.shuffle.rdma.maxConnections, "
-                    + "spark.shuffle.rdma.maxHandshakingConnections, spark.shuffle.rdma.maxConnectionsPerAddress, "
-                    + "spark.shuffle.rdma.maxConnectionsPerRealm)";
+            case HS_BUSY -> "the peer serves as many connections as its limits allow"; // nodes say which: KeyNames.busy
             case HS_REALM_REQUIRED -> "the peer keeps a secret per realm (job), and the connection named no realm";
             case HS_REALM_UNSUPPORTED -> "the peer keeps no secrets per realm (job), and the connection named one";
             case HS_OTHER_ADDRESS -> "the connection reached the peer at another address than the one dialled: a "

@@ -106,8 +106,8 @@ final class QueuePairAcceptor {
         for (Runnable close : accepted.idle(nowNanos, idleNanos)) {
             queuePairsReaped.increment();
             synchronized (refusalLogLock) {
-                capLog.warn("verbs: closed a queue pair no keep-alive named for spark.shuffle.rdma.idleTimeout ({} ms): "
-                        + "its peer went away without a word", conf.idleTimeoutMs());
+                capLog.warn("verbs: closed a queue pair no keep-alive named for {} ({} ms): its peer went away "
+                        + "without a word", conf.keyName(RdmaShuffleConf.IDLE_TIMEOUT), conf.idleTimeoutMs());
             }
             node.execute(close);
         }

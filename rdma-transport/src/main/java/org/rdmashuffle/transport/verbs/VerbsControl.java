@@ -135,7 +135,7 @@ final class VerbsControl implements AutoCloseable {
             Throwable c = e.getCause();
             throw c instanceof IOException io ? io : new TransportException(String.valueOf(c), c);
         } catch (TimeoutException e) {
-            throw new TransportException("no reply from " + peer + " within spark.shuffle.rdma.requestTimeout",
+            throw new TransportException("no reply from " + peer + " within " + conf.keyName(RdmaShuffleConf.REQUEST_TIMEOUT),
                     ReadStatus.TIMEOUT, e);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();

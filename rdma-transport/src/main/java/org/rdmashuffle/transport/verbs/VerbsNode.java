@@ -98,8 +98,8 @@ public final class VerbsNode implements RdmaNode {
         this.acceptor = new QueuePairAcceptor(conf, options.secret());
         this.queuePairs = QueuePairParameters.of(conf);
         if (queuePairs.readDepth() < conf.verbsMaxQpReadAtoms()) {
-            LOG.info("verbs: spark.shuffle.rdma.verbs.maxQpReadAtoms={} lowered to {}, the most rdma_cm carries",
-                    conf.verbsMaxQpReadAtoms(), queuePairs.readDepth());
+            LOG.info("verbs: {}={} lowered to {}, the most rdma_cm carries",
+                    conf.keyName(RdmaShuffleConf.VERBS_MAX_READ_ATOMS), conf.verbsMaxQpReadAtoms(), queuePairs.readDepth());
         }
         this.credits = queuePairs.maxReadWindow(conf.maxReadsInFlightPerPeer());
         this.completionRoom = new CompletionRoom(this, conf.verbsCompletionQueueSize());

@@ -102,10 +102,58 @@ class TcpRealmShareTest {
     }
 
     @Test
-    void shouldRefuseAShareOfNoConnectionNamingTheKey() {
+    void shouldRefuseANegativeShareNamingTheKeyAndTakeAnEighthOfTheNodeWhenUnset() {
         ConfigException e = assertThrows(ConfigException.class,
-                () -> conf("spark.shuffle.rdma.maxConnectionsPerRealm", "0"));
+                () -> conf("spark.shuffle.rdma.maxConnectionsPerRealm", "-1"));
         assertTrue(e.getMessage().contains("spark.shuffle.rdma.maxConnectionsPerRealm"), e.getMessage());
-        assertEquals(512, conf().maxConnectionsPerRealm(), "the default");
+        assertEquals(128, conf().maxConnectionsPerRealm(), "the default: an eighth of maxConnections=1024");
+        assertEquals(128, conf("spark.shuffle.rdma.maxConnectionsPerRealm", "0").maxConnectionsPerRealm());
+        assertEquals(512, conf("spark.shuffle.rdma.maxConnections", "4096").maxConnectionsPerRealm());
+        assertEquals(1, conf("spark.shuffle.rdma.maxConnections", "7").maxConnectionsPerRealm(), "at least one");
+        assertEquals(300, conf("spark.shuffle.rdma.maxConnectionsPerRealm", "300").maxConnectionsPerRealm());
+    }
+
+    /**
+     * The default share is an eighth of the node's connections: while one job holds its share, two more jobs each
+     * get theirs (a share of half, the old default, let two jobs take the whole node). Shown with a node of 16
+     * connections and so a share of 2, as a node of 1024 has shares of 128.
+     */
+    @Test
+    @Timeout(60)
+    void shouldLetThreeJobsInWhileOneHoldsItsShareWhenTheShareIsTheDefault() throws Exception {
+        String c = "job_1700000000000_0003";
+        byte[] secretC = "token-of-job-0003".getBytes(StandardCharsets.UTF_8);
+        Map<String, byte[]> secrets = Map.of(A, SECRET_A, B, SECRET_B, c, secretC);
+        RdmaShuffleConf serverConf = conf("spark.shuffle.rdma.maxConnections", "16");
+        assertEquals(2, serverConf.maxConnectionsPerRealm());
+        java.util.List<TcpNode> clients = new java.util.ArrayList<>();
+        try (TcpNode server = new TcpNode(serverConf, NodeOptions.loopback().withSecrets(secrets::get))) {
+            try {
+                for (String job : java.util.List.of(A, B, c)) {
+                    RegionDescriptor d = server.register(TcpAttacks.content(job.hashCode(), 4096),
+                            RegionAccess.REMOTE_READ, job).descriptor();
+                    for (int i = 0; i < 3; i++) {
+                        TcpNode client = new TcpNode(conf(), NodeOptions.loopback().withRealm(job, secrets.get(job)));
+                        clients.add(client);
+                        if (i < 2) {
+                            assertEquals(ReadStatus.SUCCESS, read(client.connect(server.localAddress()), d,
+                                    client.register(ByteBuffer.allocateDirect(4096), RegionAccess.READ_SINK)), job);
+                        } else {
+                            assertThrows(PeerBusyException.class, () -> client.connect(server.localAddress()),
+                                    job + " past its share");
+                        }
+                    }
+                }
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+                while (server.servedConnections() > 6 && System.nanoTime() < deadline) {
+                    Thread.sleep(10); // the refused connections drain until their clients' close arrives
+                }
+                assertEquals(6, server.servedConnections(), "each job holds its share; the node has room for more");
+            } finally {
+                for (int i = clients.size() - 1; i >= 0; i--) {
+                    clients.get(i).close();
+                }
+            }
+        }
     }
 }

@@ -50,7 +50,8 @@ public final class MapReduceRdmaConf {
     }
 
     /**
-     * The transport's configuration from {@code hadoop}'s {@code mapreduce.shuffle.rdma.*} keys.
+     * The transport's configuration from {@code hadoop}'s {@code mapreduce.shuffle.rdma.*} keys, recorded as read
+     * under {@link #PREFIX} ({@link RdmaShuffleConf#keyName}): the node's log lines name these keys.
      *
      * @throws ConfigException listing every bad or unknown key (also a port of 0 or with retries)
      */
@@ -74,11 +75,8 @@ public final class MapReduceRdmaConf {
             throw new ConfigException(List.of(BIND_HOST + " and " + BIND_ADDRESS + " are both set: set one (" + BIND_ADDRESS
                     + " also makes reducers' connections leave from that address)"));
         }
-        try {
-            return new RdmaShuffleConf(settings);
-        } catch (ConfigException e) { // name the keys the user set, not the spark.* ones they map onto
-            throw new ConfigException(e.problems().stream().map(p -> p.replace(RdmaShuffleConf.PREFIX, PREFIX)).toList());
-        }
+        // read under this prefix: its problems, and the node's messages naming a key, name the keys the user set
+        return new RdmaShuffleConf(settings, PREFIX);
     }
 
     /**

@@ -113,4 +113,59 @@ class MapReduceKeyNamesTest {
             service.stop();
         }
     }
+
+    /**
+     * The service's own log lines (what an operator reads on the NodeManager) name the keys set in
+     * {@code yarn-site.xml}: a job past its share of the node's connections, a REGISTER past the message size.
+     */
+    @Test
+    @Timeout(60)
+    void shouldLogTheMapReduceKeysOnTheNodeManagerWhenAJobPassesItsShareAndAMessageItsSize() throws Exception {
+        Configuration c = ServiceFixture.nodeManagerConf(dir, ServiceFixture.freePort());
+        c.set(MapReduceRdmaConf.PREFIX + "maxConnectionsPerRealm", "1");
+        c.set(MapReduceRdmaConf.PREFIX + "maxControlMessageSize", "1k");
+        c.set(MapReduceRdmaConf.PREFIX + "connectRetries", "0");
+        Configuration reducers = new Configuration(c);
+        reducers.set(MapReduceRdmaConf.PREFIX + "maxControlMessageSize", "64k"); // sends what the service refuses
+        byte[] secret = "s".repeat(20).getBytes();
+        java.io.StringWriter log = new java.io.StringWriter();
+        org.apache.log4j.Logger rdma = org.apache.log4j.Logger.getLogger("org.rdmashuffle");
+        org.apache.log4j.WriterAppender capture = new org.apache.log4j.WriterAppender(
+                new org.apache.log4j.PatternLayout("%m%n"), log);
+        rdma.addAppender(capture);
+        RdmaShuffleHandler service = ServiceFixture.started(c);
+        try {
+            JobID job = ServiceFixture.initJob(service, "alice", 1, secret);
+            JobID other = ServiceFixture.initJob(service, "bob", 2, secret);
+            ByteBuffer register = RegisterProtocol.encode(new RegisterProtocol.Request(1, 1, 0,
+                    new RegisterProtocol.MapAttempt[] {new RegisterProtocol.MapAttempt(0, 0)}));
+            RegisterProtocol.MapAttempt[] many = new RegisterProtocol.MapAttempt[200];
+            for (int i = 0; i < many.length; i++) {
+                many[i] = new RegisterProtocol.MapAttempt(i, 0);
+            }
+            ByteBuffer tooLong = RegisterProtocol.encode(new RegisterProtocol.Request(200, 1, 0, many));
+            try (ReducerClient first = new ReducerClient(MapReduceRdmaConf.from(c), job.toString(), secret);
+                 ReducerClient second = new ReducerClient(MapReduceRdmaConf.from(c), job.toString(), secret);
+                 ReducerClient third = new ReducerClient(MapReduceRdmaConf.from(reducers), other.toString(), secret)) {
+                first.call(service.server().address(), register.duplicate()); // the job's one connection
+                assertThrows(IOException.class, () -> second.call(service.server().address(), register.duplicate()));
+                assertThrows(IOException.class, () -> third.call(service.server().address(), tooLong.duplicate()));
+            }
+            awaitLogged(log, "limit " + MapReduceRdmaConf.PREFIX + "maxConnectionsPerRealm=1 (realm " + job + ")");
+            awaitLogged(log, "control message of " + tooLong.remaining() + " bytes claimed, limit "
+                    + MapReduceRdmaConf.PREFIX + "maxControlMessageSize=1024");
+        } finally {
+            service.stop();
+            rdma.removeAppender(capture);
+        }
+        assertFalse(log.toString().contains("spark.shuffle.rdma"), log.toString());
+    }
+
+    private static void awaitLogged(java.io.StringWriter log, String line) throws InterruptedException {
+        long deadline = System.nanoTime() + java.util.concurrent.TimeUnit.SECONDS.toNanos(20);
+        while (!log.toString().contains(line)) {
+            assertTrue(System.nanoTime() < deadline, "not logged within 20 s: " + line + "\n" + log);
+            Thread.sleep(20);
+        }
+    }
 }
