@@ -53,7 +53,11 @@ import org.slf4j.LoggerFactory;
  * <ul>
  * <li>the service is stopped on every NodeManager between the maps' commit and the reducers' shuffle, and started
  * again before the next reducers start: the reducers that shuffle meanwhile fetch everything over HTTP, those that
- * start afterwards READ every map output again, the job writes the right bytes and no map is rerun;</li>
+ * start afterwards READ every map output again, the job writes the right bytes and no map is rerun. The service is
+ * stopped and started as a NodeManager does it at run time ({@code AuxServices.reload}), its NodeManager and the
+ * job's containers running on: the NodeManagers of this process share one server on the port, so it stops on
+ * both to take the port down; a restarted service knows a job again from the job's next container on its
+ * NodeManager;</li>
  * <li>a reducer's merge writes into a tmpfs of 64 KiB mounted on its attempt's output directory: that attempt
  * fails with the disk full, the job reruns the reduce (another attempt, another directory), writes the right
  * bytes, and no map is blamed or rerun.</li>
@@ -101,16 +105,16 @@ class RdmaShuffleFaultsTest {
     @Timeout(420)
     void shouldFetchOverHttpWhileTheServiceIsStoppedAndReadAgainWhenItRestartsWithAJobRunning() throws Exception {
         final long rows = 16_000;
-        final int maps = 4;
+        final int maps = 2;
         final int reduces = 4;
         Path dir = new Path(cluster.workDir(), "restart");
         TeraRows.writeFiles(new Path(dir, "input"), rows, maps, SEED);
         File stage = stageDir("restart");
         Configuration conf = stagedJob(stage, rows, maps);
-        // Maps of 1024 MB: an AM (512 MB) and four maps do not fit in one NodeManager (3072 MB), so map outputs are
-        // on both. Reduces of 1664 MB (1600 rounded up): one per NodeManager at a time, so two waves of two, each
-        // with a reducer on each NodeManager.
-        conf.setInt(MRJobConfig.MAP_MEMORY_MB, 1024);
+        // Maps of 2048 MB: one per NodeManager (3072 MB, the AM's 512 MB on one of them), so a map output on each.
+        // Reduces of 1664 MB (1600 rounded up): one per NodeManager at a time, so two waves of two, each with a
+        // reducer on each NodeManager.
+        conf.setInt(MRJobConfig.MAP_MEMORY_MB, 2048);
         conf.setInt(MRJobConfig.REDUCE_MEMORY_MB, 1600);
         ExecutorService submit = Executors.newSingleThreadExecutor();
         try {
@@ -169,7 +173,7 @@ class RdmaShuffleFaultsTest {
     @Timeout(420)
     void shouldRerunTheReduceBlamingNoMapWhenItsMergeFillsTheDisk() throws Exception {
         final long rows = 8_000; // 400 KB for each of two reducers, merged to disk before the reduce
-        final int maps = 4;
+        final int maps = 2;
         final int reduces = 2;
         File probe = new File(cluster.clusterDir(), "mrt-probe");
         Assumptions.assumeTrue(probe.mkdirs() || probe.isDirectory(), "cannot create " + probe);
@@ -311,8 +315,9 @@ class RdmaShuffleFaultsTest {
     private void unmount(File dir) {
         try {
             String out = run("umount", dir.getPath());
-            if (out != null) {
-                LOG.warn("umount {} failed: {}", dir, out);
+            if (out != null) { // busy (a task still holds a file there): detached now, gone once closed
+                String lazy = run("umount", "-l", dir.getPath());
+                LOG.warn("umount {} failed ({}); umount -l: {}", dir, out, lazy == null ? "done" : lazy);
             }
         } catch (IOException | InterruptedException e) {
             LOG.warn("umount {} failed: {}", dir, e.toString());
