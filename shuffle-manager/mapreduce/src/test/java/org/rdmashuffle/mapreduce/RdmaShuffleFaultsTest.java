@@ -124,7 +124,7 @@ class RdmaShuffleFaultsTest {
             for (int i = 0; i < cluster.nodeManagerCount(); i++) {
                 cluster.stopAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME);
             }
-            assertFalse(listening(port), "the service still listens on " + port + " after its stop");
+            assertFalse(listening(port, false), "the service still listens on " + port + " after its stop");
             for (String a : before) {
                 touch(stage, "go-" + a);
             }
@@ -132,7 +132,7 @@ class RdmaShuffleFaultsTest {
             for (int i = 0; i < cluster.nodeManagerCount(); i++) {
                 cluster.startAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME, MapReduceCluster.RDMA_SERVICE_CLASS);
             }
-            assertTrue(listening(port), "the service does not listen on " + port + " after its start");
+            assertTrue(listening(port, true), "the service does not listen on " + port + " after its start");
             for (String a : before) {
                 touch(stage, "done-" + a);
             }
@@ -294,12 +294,21 @@ class RdmaShuffleFaultsTest {
         return counters;
     }
 
-    private static boolean listening(int port) {
-        try (Socket s = new Socket()) {
-            s.connect(new InetSocketAddress("127.0.0.1", port), 1000);
-            return true;
-        } catch (IOException e) {
-            return false;
+    /** Whether something accepts connections on {@code port}, asked until the answer is {@code expected} (5 s). */
+    private static boolean listening(int port, boolean expected) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (true) {
+            boolean accepted;
+            try (Socket s = new Socket()) {
+                s.connect(new InetSocketAddress("127.0.0.1", port), 1000);
+                accepted = true;
+            } catch (IOException e) {
+                accepted = false;
+            }
+            if (accepted == expected || System.nanoTime() > deadline) {
+                return accepted;
+            }
+            Thread.sleep(100);
         }
     }
 
