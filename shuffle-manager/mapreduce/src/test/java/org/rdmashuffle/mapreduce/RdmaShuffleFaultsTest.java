@@ -161,7 +161,7 @@ class RdmaShuffleFaultsTest {
             }
             assertEquals((long) maps * reduces, job.counter(TaskCounter.SHUFFLED_MAPS));
             assertEquals(0, job.counter(TaskCounter.FAILED_SHUFFLE), "no fetch failed");
-            assertNoMapRerun(job, maps);
+            assertNoMapBlamed(job, maps);
             assertEquals(reduces, job.counter(JobCounter.TOTAL_LAUNCHED_REDUCES), "no reducer failed");
         } finally {
             touch(stage, "open");
@@ -219,7 +219,7 @@ class RdmaShuffleFaultsTest {
                     + " the final merge failed") > 0, victim + " failed in its final merge");
             assertEquals(1, job.counter(JobCounter.NUM_FAILED_REDUCES));
             assertEquals(reduces + 1, job.counter(JobCounter.TOTAL_LAUNCHED_REDUCES));
-            assertNoMapRerun(job, maps);
+            assertNoMapBlamed(job, maps);
             assertEquals((long) maps * reduces, job.counter(RdmaShuffleCounter.MAPS_READ),
                     "the succeeded attempts READ every partition");
             assertEquals(0, job.counter(TaskCounter.FAILED_SHUFFLE), "no fetch failed");
@@ -232,8 +232,15 @@ class RdmaShuffleFaultsTest {
         }
     }
 
-    /** Every map ran once and stayed succeeded: none was blamed for a reducer's trouble and rerun. */
-    private static void assertNoMapRerun(JobResult job, int maps) {
+    /**
+     * Every map ran once and stayed succeeded, and no reduce attempt (a failed one either) reported a map's output
+     * as a fetch failure: none was blamed for a reducer's trouble.
+     */
+    private void assertNoMapBlamed(JobResult job, int maps) throws IOException {
+        String app = job.jobId().toString().replace("job_", "application_");
+        // RdmaFetcher's and Hadoop's Fetcher's lines for a fetch failure they report to the scheduler
+        assertEquals(0, logLines(app, "rdma-shuffle: fetching attempt_"), "a map blamed over READs");
+        assertEquals(0, logLines(app, "Failed to shuffle output of"), "a map blamed over HTTP");
         assertEquals(maps, job.counter(JobCounter.TOTAL_LAUNCHED_MAPS), "maps launched");
         assertEquals(0, job.counter(JobCounter.NUM_FAILED_MAPS), "maps failed");
         List<TaskCompletionEvent> mapEvents = job.completionEvents().stream().filter(TaskCompletionEvent::isMapTask)
