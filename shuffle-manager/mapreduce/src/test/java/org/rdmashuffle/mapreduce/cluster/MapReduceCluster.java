@@ -379,6 +379,38 @@ public final class MapReduceCluster implements AutoCloseable {
         }
     }
 
+    /**
+     * Stops aux service {@code name} on NodeManager {@code index} while the NodeManager and its other services run
+     * on ({@link AuxServices#reload} with the running services but that one, as an operator's
+     * {@code PUT /ws/v1/node/auxiliaryservices} would).
+     */
+    public void stopAuxService(int index, String name) throws IOException {
+        reloadAuxServices(index, name, null);
+    }
+
+    /** Starts aux service {@code name} ({@code className}) on NodeManager {@code index} beside the running ones. */
+    public void startAuxService(int index, String name, String className) throws IOException {
+        reloadAuxServices(index, name, className);
+    }
+
+    private void reloadAuxServices(int index, String name, String className) throws IOException {
+        AuxServices auxServices = auxServicesOf(nodeManager(index));
+        List<AuxServiceRecord> records = new ArrayList<>();
+        for (AuxServiceRecord running : auxServices.getServiceRecords()) {
+            if (!running.getName().equals(name)) {
+                records.add(running); // the same record: AuxServices leaves that service running
+            }
+        }
+        if (className != null) {
+            records.add(Builder.service(name, className));
+        }
+        auxServices.reload(new AuxServiceRecords().serviceList(records.toArray(new AuxServiceRecord[0])));
+        if (auxServices.getMetaData().containsKey(name) != (className != null)) {
+            throw new IOException("NodeManager " + index + " did not " + (className != null ? "start" : "stop")
+                    + " aux service " + name + " (running: " + auxServices(index) + "); see the log above");
+        }
+    }
+
     @Override
     public String toString() {
         return "MapReduceCluster" + Arrays.asList(cluster.getName(), cluster.getTestWorkDir());

@@ -1,0 +1,406 @@
+package org.rdmashuffle.mapreduce;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.File;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Collectors;
+import java.util.stream.Stream;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.mapreduce.JobCounter;
+import org.apache.hadoop.mapreduce.MRConfig;
+import org.apache.hadoop.mapreduce.MRJobConfig;
+import org.apache.hadoop.mapreduce.TaskCompletionEvent;
+import org.apache.hadoop.mapreduce.TaskCounter;
+import org.apache.hadoop.mapreduce.lib.input.FileInputFormat;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.Timeout;
+import org.rdmashuffle.mapreduce.cluster.MapReduceCluster;
+import org.rdmashuffle.mapreduce.jobs.JobResult;
+import org.rdmashuffle.mapreduce.jobs.TeraRows;
+import org.rdmashuffle.mapreduce.jobs.TeraSort;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Faults while a job runs, on a two-NodeManager MiniMRYarnCluster whose NodeManagers run {@code rdma_shuffle}
+ * beside {@code mapreduce_shuffle}; the reduce attempts are stepped through with {@link StagedRdmaShuffle}:
+ * <ul>
+ * <li>the service is stopped on every NodeManager between the maps' commit and the reducers' shuffle, and started
+ * again before the next reducers start: the reducers that shuffle meanwhile fetch everything over HTTP, those that
+ * start afterwards READ every map output again, the job writes the right bytes and no map is rerun. The service is
+ * stopped and started as a NodeManager does it at run time ({@code AuxServices.reload}), its NodeManager and the
+ * job's containers running on: the NodeManagers of this process share one server on the port, so it stops on
+ * both to take the port down; a restarted service knows a job again from the job's next container on its
+ * NodeManager;</li>
+ * <li>a reducer's merge writes into a tmpfs of 64 KiB mounted on its attempt's output directory: that attempt
+ * fails with the disk full, the job reruns the reduce (another attempt, another directory), writes the right
+ * bytes, and no map is blamed or rerun.</li>
+ * </ul>
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class RdmaShuffleFaultsTest {
+    private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleFaultsTest.class);
+    private static final long SEED = 0x5EEDFA17L;
+    private static final long JOB_SECONDS = 300;
+
+    private MapReduceCluster cluster;
+    private int port;
+    /** tmpfs mounted by a test and not yet unmounted: {@link #stopCluster} unmounts what a failure left. */
+    private final List<File> mounts = new ArrayList<>();
+
+    @BeforeAll
+    @Timeout(300)
+    void startCluster() throws IOException {
+        try (ServerSocket s = new ServerSocket(0)) {
+            port = s.getLocalPort();
+        }
+        cluster = MapReduceCluster.builder("mrt-faults").withRdmaService(true)
+                .nodeManagerSetting(MapReduceRdmaConf.PORT, Integer.toString(port))
+                .nodeManagerSetting(MapReduceRdmaConf.PREFIX + "provider", "tcp")
+                .nodeManagerSetting(MapReduceRdmaConf.BIND_HOST, "127.0.0.1")
+                .start();
+        assertTrue(cluster.rdmaServiceRunning(), "rdma_shuffle did not start on the NodeManagers");
+    }
+
+    @AfterAll
+    void stopCluster() {
+        try {
+            for (File m : new ArrayList<>(mounts)) {
+                unmount(m);
+            }
+        } finally {
+            if (cluster != null) {
+                cluster.close();
+            }
+        }
+    }
+
+    @Test
+    @Timeout(420)
+    void shouldFetchOverHttpWhileTheServiceIsStoppedAndReadAgainWhenItRestartsWithAJobRunning() throws Exception {
+        final long rows = 16_000;
+        final int maps = 2;
+        final int reduces = 4;
+        Path dir = new Path(cluster.workDir(), "restart");
+        TeraRows.writeFiles(new Path(dir, "input"), rows, maps, SEED);
+        File stage = stageDir("restart");
+        Configuration conf = stagedJob(stage, rows, maps);
+        // Maps of 2048 MB: one per NodeManager (3072 MB, the AM's 512 MB on one of them), so a map output on each.
+        // Reduces of 1664 MB (1600 rounded up): one per NodeManager at a time, so two waves of two, each with a
+        // reducer on each NodeManager.
+        conf.setInt(MRJobConfig.MAP_MEMORY_MB, 2048);
+        conf.setInt(MRJobConfig.REDUCE_MEMORY_MB, 1600);
+        ExecutorService submit = Executors.newSingleThreadExecutor();
+        try {
+            Future<JobResult> running = submit.submit(() -> TeraSort.run(conf, new Path(dir, "input"),
+                    new Path(dir, "sorted"), reduces));
+            List<String> before = awaitStage(stage, "waiting-", 2, running);
+            for (int i = 0; i < cluster.nodeManagerCount(); i++) {
+                cluster.stopAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME);
+            }
+            assertFalse(listening(port, false), "the service still listens on " + port + " after its stop");
+            for (String a : before) {
+                touch(stage, "go-" + a);
+            }
+            awaitStage(stage, "shuffled-", 2, running);
+            for (int i = 0; i < cluster.nodeManagerCount(); i++) {
+                cluster.startAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME, MapReduceCluster.RDMA_SERVICE_CLASS);
+            }
+            assertTrue(listening(port, true), "the service does not listen on " + port + " after its start");
+            for (String a : before) {
+                touch(stage, "done-" + a);
+            }
+            // The next wave's containers start now, one on each NodeManager: the restarted service learns the job
+            // from them. Their shuffles begin once both started.
+            List<String> after = new ArrayList<>(awaitStage(stage, "waiting-", 4, running));
+            after.removeAll(before);
+            touch(stage, "open");
+            JobResult job = running.get(JOB_SECONDS, TimeUnit.SECONDS);
+            assertTrue(job.succeeded(), "TeraSort failed");
+            assertEquals(TeraRows.expected(SEED, rows), checkSortedAndSum(new Path(dir, "sorted")));
+            assertEquals(Set.of(0, 1), nodeManagersOf(job.succeededAttempts(true)), "map outputs on both");
+
+            for (String a : before) {
+                Map<String, Long> c = stageCounters(stage, a);
+                assertEquals(0, c.get("MAPS_READ"), a + " READ while the service was stopped: " + c);
+                assertTrue(c.get("MAPS_VIA_HTTP") > 0, a + " fetched nothing over HTTP: " + c);
+                assertEquals(2, c.get("HOSTS_VIA_HTTP"), a + ": both NodeManagers over HTTP: " + c);
+            }
+            assertEquals(2, after.size(), "the second wave: " + after);
+            for (String a : after) {
+                Map<String, Long> c = stageCounters(stage, a);
+                assertEquals(maps, c.get("MAPS_READ"), a + " READ every map output after the restart: " + c);
+                assertEquals(0, c.get("MAPS_VIA_HTTP"), a + ": " + c);
+                assertEquals(0, c.get("READ_FAILURES"), a + ": " + c);
+            }
+            assertEquals((long) maps * reduces, job.counter(TaskCounter.SHUFFLED_MAPS));
+            assertEquals(0, job.counter(TaskCounter.FAILED_SHUFFLE), "no fetch failed");
+            assertNoMapBlamed(job, maps);
+            assertEquals(reduces, job.counter(JobCounter.TOTAL_LAUNCHED_REDUCES), "no reducer failed");
+        } finally {
+            touch(stage, "open");
+            submit.shutdownNow();
+        }
+    }
+
+    @Test
+    @Timeout(420)
+    void shouldRerunTheReduceBlamingNoMapWhenItsMergeFillsTheDisk() throws Exception {
+        final long rows = 8_000; // 400 KB for each of two reducers, merged to disk before the reduce
+        final int maps = 2;
+        final int reduces = 2;
+        File probe = new File(cluster.clusterDir(), "mrt-probe");
+        Assumptions.assumeTrue(probe.mkdirs() || probe.isDirectory(), "cannot create " + probe);
+        String why = mount(probe);
+        Assumptions.assumeTrue(why == null, "a tmpfs cannot be mounted here (" + why + "): needs root or"
+                + " CAP_SYS_ADMIN");
+        unmount(probe);
+
+        Path dir = new Path(cluster.workDir(), "disk-full");
+        TeraRows.writeFiles(new Path(dir, "input"), rows, maps, SEED + 1);
+        File stage = stageDir("disk-full");
+        Configuration conf = stagedJob(stage, rows, maps);
+        // As Hadoop's default: no map output stays in memory for the reduce, so the final merge writes them all.
+        conf.setFloat(MRJobConfig.REDUCE_INPUT_BUFFER_PERCENT, 0f);
+        ExecutorService submit = Executors.newSingleThreadExecutor();
+        try {
+            Future<JobResult> running = submit.submit(() -> TeraSort.run(conf, new Path(dir, "input"),
+                    new Path(dir, "sorted"), reduces));
+            String victim = awaitStage(stage, "waiting-", 1, running).get(0);
+            // Where the attempt's merge writes (YarnOutputFiles: <local dir>/output/<attempt>/map_N.out.merged).
+            List<String> localDirs = Files.readAllLines(new File(stage, "waiting-" + victim).toPath());
+            assertFalse(localDirs.isEmpty(), "the attempt named no local dir");
+            for (String local : localDirs) {
+                File target = new File(local, "output/" + victim);
+                assertTrue(target.mkdirs() || target.isDirectory(), "cannot create " + target);
+                String failed = mount(target);
+                assertEquals(null, failed, "mounting a tmpfs on " + target);
+            }
+            touch(stage, "open");
+            JobResult job = running.get(JOB_SECONDS, TimeUnit.SECONDS);
+            assertTrue(job.succeeded(), "TeraSort failed");
+            assertEquals(TeraRows.expected(SEED + 1, rows), checkSortedAndSum(new Path(dir, "sorted")));
+
+            List<TaskCompletionEvent> victims = job.completionEvents().stream()
+                    .filter(e -> e.getTaskAttemptId().toString().equals(victim)).toList();
+            assertEquals(1, victims.size(), victim + ": " + job.completionEvents());
+            assertEquals(TaskCompletionEvent.Status.FAILED, victims.get(0).getStatus(), "the full disk's attempt");
+            assertTrue(job.succeededAttempts(false).stream().anyMatch(e -> e.getTaskAttemptId().getTaskID()
+                    .equals(victims.get(0).getTaskAttemptId().getTaskID())), "its reduce was rerun to success");
+            String app = job.jobId().toString().replace("job_", "application_");
+            assertTrue(logLines(app, "No space left on device") > 0, "the attempt failed for the full disk");
+            assertTrue(logLines(app, "Diagnostics report from " + victim + ": Error: java.io.IOException: rdma-shuffle:"
+                    + " the final merge failed") > 0, victim + " failed in its final merge");
+            assertEquals(1, job.counter(JobCounter.NUM_FAILED_REDUCES));
+            assertEquals(reduces + 1, job.counter(JobCounter.TOTAL_LAUNCHED_REDUCES));
+            assertNoMapBlamed(job, maps);
+            assertEquals((long) maps * reduces, job.counter(RdmaShuffleCounter.MAPS_READ),
+                    "the succeeded attempts READ every partition");
+            assertEquals(0, job.counter(TaskCounter.FAILED_SHUFFLE), "no fetch failed");
+        } finally {
+            touch(stage, "open");
+            submit.shutdownNow();
+            for (File m : new ArrayList<>(mounts)) {
+                unmount(m);
+            }
+        }
+    }
+
+    /**
+     * Every map ran once and stayed succeeded, and no reduce attempt (a failed one either) reported a map's output
+     * as a fetch failure: none was blamed for a reducer's trouble.
+     */
+    private void assertNoMapBlamed(JobResult job, int maps) throws IOException {
+        String app = job.jobId().toString().replace("job_", "application_");
+        // RdmaFetcher's and Hadoop's Fetcher's lines for a fetch failure they report to the scheduler
+        assertEquals(0, logLines(app, "rdma-shuffle: fetching attempt_"), "a map blamed over READs");
+        assertEquals(0, logLines(app, "Failed to shuffle output of"), "a map blamed over HTTP");
+        assertEquals(maps, job.counter(JobCounter.TOTAL_LAUNCHED_MAPS), "maps launched");
+        assertEquals(0, job.counter(JobCounter.NUM_FAILED_MAPS), "maps failed");
+        List<TaskCompletionEvent> mapEvents = job.completionEvents().stream().filter(TaskCompletionEvent::isMapTask)
+                .toList();
+        assertEquals(maps, mapEvents.size(), "one completion event per map: " + mapEvents);
+        assertTrue(mapEvents.stream().allMatch(e -> e.getStatus() == TaskCompletionEvent.Status.SUCCEEDED
+                && e.getTaskAttemptId().getId() == 0), "every map's first attempt succeeded: " + mapEvents);
+    }
+
+    private Configuration stagedJob(File stage, long rows, int maps) {
+        Configuration c = cluster.jobConf();
+        c.set(MRConfig.SHUFFLE_CONSUMER_PLUGIN, StagedRdmaShuffle.class.getName());
+        c.set(StagedRdmaShuffle.STAGE, stage.getPath());
+        c.set(MapReduceRdmaConf.PORT, Integer.toString(port));
+        c.set(MapReduceRdmaConf.PREFIX + "provider", "tcp");
+        c.setLong(FileInputFormat.SPLIT_MAXSIZE, rows / maps * TeraRows.ROW_BYTES); // one map per input file
+        return c;
+    }
+
+    private File stageDir(String name) throws IOException {
+        File stage = new File(cluster.clusterDir(), "mrt-stage-" + name);
+        Files.createDirectories(stage.toPath());
+        return stage;
+    }
+
+    private static void touch(File stage, String name) throws IOException {
+        new File(stage, name).createNewFile();
+    }
+
+    /**
+     * Waits until {@code count} files named {@code prefix<attempt>} are in {@code stage} and returns their attempts
+     * in name order; fails if the job ends first.
+     */
+    private static List<String> awaitStage(File stage, String prefix, int count, Future<?> job) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(JOB_SECONDS);
+        while (true) {
+            String[] names = stage.list((d, n) -> n.startsWith(prefix));
+            if (names != null && names.length >= count) {
+                return Arrays.stream(names).map(n -> n.substring(prefix.length())).sorted().toList();
+            }
+            if (job.isDone()) {
+                job.get(); // its exception, if any
+                throw new AssertionError("the job ended before " + count + " attempts wrote " + prefix + "*");
+            }
+            assertTrue(System.nanoTime() < deadline, "fewer than " + count + " attempts wrote " + prefix + "*");
+            Thread.sleep(50);
+        }
+    }
+
+    private static Map<String, Long> stageCounters(File stage, String attempt) throws IOException {
+        Map<String, Long> counters = new HashMap<>();
+        for (String line : Files.readAllLines(new File(stage, "shuffled-" + attempt).toPath())) {
+            int eq = line.indexOf('=');
+            if (eq > 0) {
+                counters.put(line.substring(0, eq), Long.parseLong(line.substring(eq + 1)));
+            }
+        }
+        return counters;
+    }
+
+    /** Whether something accepts connections on {@code port}, asked until the answer is {@code expected} (5 s). */
+    private static boolean listening(int port, boolean expected) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (true) {
+            boolean accepted;
+            try (Socket s = new Socket()) {
+                s.connect(new InetSocketAddress("127.0.0.1", port), 1000);
+                accepted = true;
+            } catch (IOException e) {
+                accepted = false;
+            }
+            if (accepted == expected || System.nanoTime() > deadline) {
+                return accepted;
+            }
+            Thread.sleep(100);
+        }
+    }
+
+    /** Mounts a 64 KiB tmpfs (device "mrt-full") on {@code dir}; null when it did, else why not. */
+    private String mount(File dir) throws IOException, InterruptedException {
+        String out = run("mount", "-t", "tmpfs", "-o", "size=64k,mode=1777", "mrt-full", dir.getPath());
+        if (out == null) {
+            mounts.add(dir);
+        }
+        return out;
+    }
+
+    private void unmount(File dir) {
+        try {
+            String out = run("umount", dir.getPath());
+            if (out != null) { // busy (a task still holds a file there): detached now, gone once closed
+                String lazy = run("umount", "-l", dir.getPath());
+                LOG.warn("umount {} failed ({}); umount -l: {}", dir, out, lazy == null ? "done" : lazy);
+            }
+        } catch (IOException | InterruptedException e) {
+            LOG.warn("umount {} failed: {}", dir, e.toString());
+        } finally {
+            mounts.remove(dir);
+        }
+    }
+
+    /** Runs a command: null when it exited 0, else its exit status and output. */
+    private static String run(String... command) throws IOException, InterruptedException {
+        Process p = new ProcessBuilder(command).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8).trim();
+        if (!p.waitFor(30, TimeUnit.SECONDS)) {
+            p.destroyForcibly();
+            return "timed out";
+        }
+        return p.exitValue() == 0 ? null : "exit " + p.exitValue() + ": " + out;
+    }
+
+    /** Lines containing {@code text} in every container log of the application. */
+    private long logLines(String app, String text) throws IOException {
+        long n = 0;
+        for (int i = 0; i < cluster.nodeManagerCount(); i++) {
+            for (File logDir : cluster.logDirs(i)) {
+                File appDir = new File(logDir, app);
+                if (appDir.isDirectory()) {
+                    try (Stream<java.nio.file.Path> logs = Files.walk(appDir.toPath())) {
+                        for (java.nio.file.Path log : logs.filter(Files::isRegularFile).toList()) {
+                            try (Stream<String> lines = Files.lines(log, StandardCharsets.ISO_8859_1)) {
+                                n += lines.filter(l -> l.contains(text)).count();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        return n;
+    }
+
+    private Set<Integer> nodeManagersOf(List<TaskCompletionEvent> attempts) {
+        return attempts.stream().map(e -> cluster.nodeManagerServing(e.getTaskTrackerHttp())
+                .orElseThrow(() -> new AssertionError("no NodeManager serves " + e.getTaskTrackerHttp())))
+                .collect(Collectors.toCollection(TreeSet::new));
+    }
+
+    /** The rows of the part files under {@code dir}, checked to be in key order across the files in name order. */
+    private static TeraRows.Checksum checkSortedAndSum(Path dir) throws IOException {
+        FileSystem fs = FileSystem.getLocal(new Configuration());
+        FileStatus[] parts = fs.listStatus(dir, p -> p.getName().startsWith("part-"));
+        Arrays.sort(parts, (x, y) -> x.getPath().getName().compareTo(y.getPath().getName()));
+        byte[] row = new byte[TeraRows.ROW_BYTES];
+        byte[] last = new byte[TeraRows.KEY_BYTES];
+        long rows = 0;
+        long sum = 0;
+        for (FileStatus part : parts) {
+            assertEquals(0, part.getLen() % TeraRows.ROW_BYTES, part.getPath() + " ends in a partial row");
+            try (var in = fs.open(part.getPath())) {
+                for (long left = part.getLen() / TeraRows.ROW_BYTES; left > 0; left--) {
+                    in.readFully(row);
+                    assertTrue(rows == 0 || TeraRows.compareKeys(last, TeraRows.KEY_BYTES, row,
+                            TeraRows.KEY_BYTES) <= 0, "row " + rows + " out of order in " + part.getPath());
+                    System.arraycopy(row, 0, last, 0, TeraRows.KEY_BYTES);
+                    rows++;
+                    sum += TeraRows.hash(row, 0, TeraRows.ROW_BYTES);
+                }
+            }
+        }
+        return new TeraRows.Checksum(rows, sum);
+    }
+}
