@@ -24,6 +24,12 @@ public enum RdmaShuffleCounter {
      */
     SERVICE_BUSY,
     /**
+     * Times a NodeManager's service could not be asked (connection refused or lost, no answer, a READ that failed)
+     * or did not know the job (a restarted service): that host's outputs went over HTTP for a while, then READs
+     * were tried again (one WARN per host each time its trouble changes).
+     */
+    SERVICE_UNREACHABLE,
+    /**
      * Fetches over READs that failed: a fault of the map's data (output missing, bad checksum), reported to
      * Hadoop's scheduler as the map's fetch failure, or a transport fault (a READ failed or timed out), after which
      * that host's outputs go to Hadoop's HTTP fetcher without blaming a map.
