@@ -178,7 +178,8 @@ final class RdmaFetcher<K, V> extends Thread {
                     asked.length);
         } catch (IOException | IllegalArgumentException e) {
             shuffle.times().registering(System.nanoTime() - asking);
-            if (e instanceof IOException io && client.cannotAsk(host, service, io)) { // this turn over HTTP, READs later
+            // this turn over HTTP, READs later
+            if (e instanceof IOException io && client.cannotAsk(host, service, io)) {
                 shuffle.reporter().incrCounter(io instanceof org.rdmashuffle.transport.PeerBusyException
                         ? RdmaShuffleCounter.SERVICE_BUSY : RdmaShuffleCounter.SERVICE_UNREACHABLE, 1);
             } else if (e instanceof IllegalArgumentException) {

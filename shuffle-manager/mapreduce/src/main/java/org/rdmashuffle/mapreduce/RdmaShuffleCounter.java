@@ -16,7 +16,12 @@ public enum RdmaShuffleCounter {
      * actually fetched; Hadoop's SHUFFLED_MAPS counts both ways exactly.
      */
     MAPS_VIA_HTTP,
-    /** NodeManagers this task fetched from over HTTP (one WARN each). */
+    /**
+     * NodeManagers this task fetched from over HTTP for the rest of its life: what does not change while a job runs
+     * (another protocol or version on the port, a relay, a request the service calls bad) or this task's buffers
+     * running out (one WARN each). A service down, restarting or busy is asked again later: SERVICE_UNREACHABLE,
+     * SERVICE_BUSY.
+     */
     HOSTS_VIA_HTTP,
     /**
      * Times a NodeManager's service was busy (at its connection limits) when this task connected: that host's

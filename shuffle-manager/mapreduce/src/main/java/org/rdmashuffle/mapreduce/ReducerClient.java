@@ -30,8 +30,8 @@ import org.slf4j.LoggerFactory;
  * a relay), else for a while: a service that is busy ({@link PeerBusyException}), unreachable (not running,
  * restarting) or does not know the job (yet) is not given up on: that host's outputs go over HTTP for a while
  * ({@link #BUSY_FIRST_WAIT_MS}, doubling to {@link #BUSY_MAX_WAIT_MS} while it stays so), then READs are tried
- * again. Each said once per host in a WARN, each time it changes. Shared by the task's fetcher threads; each of them has its
- * own {@link BlockFetcher}.
+ * again. Each said once per host in a WARN, each time it changes. Shared by the task's fetcher threads; each of
+ * them has its own {@link BlockFetcher}.
  *
  * <p>Opened in this order: node, pool. Closed node first (its channels stop and complete their READs before the
  * buffers' memory goes), then the pool — as {@link org.rdmashuffle.shuffle.core.serve.MapOutputServer} does.

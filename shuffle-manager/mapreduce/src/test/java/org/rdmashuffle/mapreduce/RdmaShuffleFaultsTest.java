@@ -48,16 +48,21 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Faults while a job runs, on a two-NodeManager MiniMRYarnCluster whose NodeManagers run {@code rdma_shuffle}
- * beside {@code mapreduce_shuffle}; the reduce attempts are stepped through with {@link StagedRdmaShuffle}:
+ * Faults while a job runs, on a two-NodeManager MiniMRYarnCluster whose NodeManagers run the drop-in as
+ * {@code mapreduce_shuffle} with a recovery path (as NodeManager recovery gives one:
+ * {@link MapReduceCluster.Builder#withAuxServiceRecovery}); the reduce attempts are stepped through with
+ * {@link StagedRdmaShuffle}:
  * <ul>
- * <li>the service is stopped on every NodeManager between the maps' commit and the reducers' shuffle, and started
- * again before the next reducers start: the reducers that shuffle meanwhile fetch everything over HTTP, those that
- * start afterwards READ every map output again, the job writes the right bytes and no map is rerun. The service is
- * stopped and started as a NodeManager does it at run time ({@code AuxServices.reload}), its NodeManager and the
- * job's containers running on: the NodeManagers of this process share one server on the port, so it stops on
- * both to take the port down; a restarted service knows a job again from the job's next container on its
- * NodeManager;</li>
+ * <li>{@code mapreduce_shuffle} is restarted on every NodeManager (stopped on both, then started, through
+ * {@code AuxServices.reload} as an operator's {@code PUT /ws/v1/node/auxiliaryservices} does) while the job's
+ * reducers, every container of the job already started, wait to shuffle; each is started again on the HTTP port it
+ * had (the one the ApplicationMaster told the reducers). The restarted services know the job from their recovery
+ * path alone — no container of the job starts on them afterwards — so both reducers READ every map output, the job
+ * writes the right bytes, no map is blamed or rerun, and each NodeManager forgets the job when it stops. What this
+ * does not show: a reducer meeting the service down mid-shuffle (HTTP is down then too, and Hadoop's fetcher would
+ * count its refused connections against the maps); that a reducer fetches over HTTP meanwhile and READs again
+ * afterwards is {@link ReducerServiceRestartTest}'s, with real sockets. Nor is the NodeManager process restarted:
+ * NodeManager recovery cannot run in a MiniYARNCluster of two NodeManagers (ephemeral ports, one state store).</li>
  * <li>a reducer's merge writes into a tmpfs of 64 KiB mounted on its attempt's output directory: that attempt
  * fails with the disk full, the job reruns the reduce (another attempt, another directory), writes the right
  * bytes, and no map is blamed or rerun.</li>
@@ -80,7 +85,7 @@ class RdmaShuffleFaultsTest {
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
         }
-        cluster = MapReduceCluster.builder("mrt-faults").withRdmaService(true)
+        cluster = MapReduceCluster.builder("mrt-faults").withRdmaService(true).withAuxServiceRecovery(true)
                 .nodeManagerSetting(MapReduceRdmaConf.PORT, Integer.toString(port))
                 .nodeManagerSetting(MapReduceRdmaConf.PREFIX + "provider", "tcp")
                 .nodeManagerSetting(MapReduceRdmaConf.BIND_HOST, "127.0.0.1")
@@ -103,69 +108,83 @@ class RdmaShuffleFaultsTest {
 
     @Test
     @Timeout(420)
-    void shouldFetchOverHttpWhileTheServiceIsStoppedAndReadAgainWhenItRestartsWithAJobRunning() throws Exception {
-        final long rows = 16_000;
+    void shouldReadEveryMapOutputWhenMapreduceShuffleRestartsWithTheJobsReducersWaiting() throws Exception {
+        final long rows = 8_000;
         final int maps = 2;
-        final int reduces = 4;
+        final int reduces = 2;
         Path dir = new Path(cluster.workDir(), "restart");
         TeraRows.writeFiles(new Path(dir, "input"), rows, maps, SEED);
         File stage = stageDir("restart");
         Configuration conf = stagedJob(stage, rows, maps);
-        // Maps of 2048 MB: one per NodeManager (3072 MB, the AM's 512 MB on one of them), so a map output on each.
-        // Reduces of 1664 MB (1600 rounded up): one per NodeManager at a time, so two waves of two, each with a
-        // reducer on each NodeManager.
+        // Maps of 2048 MB: one per NodeManager (3072 MB, the AM's 512 MB on one of them), so a map output on each;
+        // reduces of 1664 MB (1600 rounded up): one per NodeManager, both started before the restart.
         conf.setInt(MRJobConfig.MAP_MEMORY_MB, 2048);
         conf.setInt(MRJobConfig.REDUCE_MEMORY_MB, 1600);
         ExecutorService submit = Executors.newSingleThreadExecutor();
         try {
             Future<JobResult> running = submit.submit(() -> TeraSort.run(conf, new Path(dir, "input"),
                     new Path(dir, "sorted"), reduces));
-            List<String> before = awaitStage(stage, "waiting-", 2, running);
-            for (int i = 0; i < cluster.nodeManagerCount(); i++) {
+            List<String> reducers = awaitStage(stage, "waiting-", reduces, running);
+            int[] httpPorts = new int[cluster.nodeManagerCount()];
+            for (int i = 0; i < httpPorts.length; i++) {
+                httpPorts[i] = cluster.shufflePort(i);
+                String[] kept = keptJobs(i);
+                assertEquals(1, kept.length, "NodeManager " + i + " keeps the job's secret: " + Arrays.toString(kept));
+            }
+            // Every container of the job has started: from here on no NodeManager is told of the job again.
+            for (int i = 0; i < httpPorts.length; i++) {
                 cluster.stopAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME);
             }
             assertFalse(listening(port, false), "the service still listens on " + port + " after its stop");
-            for (String a : before) {
-                touch(stage, "go-" + a);
+            for (int i = 0; i < httpPorts.length; i++) {
+                assertFalse(listening(httpPorts[i], false), "HTTP still up on " + httpPorts[i]);
             }
-            awaitStage(stage, "shuffled-", 2, running);
-            for (int i = 0; i < cluster.nodeManagerCount(); i++) {
-                cluster.startAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME, MapReduceCluster.RDMA_SERVICE_CLASS);
+            for (int i = 0; i < httpPorts.length; i++) { // the HTTP port the ApplicationMaster told the reducers
+                cluster.startAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME, MapReduceCluster.RDMA_SERVICE_CLASS,
+                        Map.of(org.apache.hadoop.mapred.ShuffleHandler.SHUFFLE_PORT_CONFIG_KEY,
+                                Integer.toString(httpPorts[i])));
+                assertEquals(httpPorts[i], cluster.shufflePort(i), "NodeManager " + i + "'s HTTP port kept");
             }
             assertTrue(listening(port, true), "the service does not listen on " + port + " after its start");
-            for (String a : before) {
-                touch(stage, "done-" + a);
-            }
-            // The next wave's containers start now, one on each NodeManager: the restarted service learns the job
-            // from them. Their shuffles begin once both started.
-            List<String> after = new ArrayList<>(awaitStage(stage, "waiting-", 4, running));
-            after.removeAll(before);
             touch(stage, "open");
             JobResult job = running.get(JOB_SECONDS, TimeUnit.SECONDS);
             assertTrue(job.succeeded(), "TeraSort failed");
             assertEquals(TeraRows.expected(SEED, rows), checkSortedAndSum(new Path(dir, "sorted")));
             assertEquals(Set.of(0, 1), nodeManagersOf(job.succeededAttempts(true)), "map outputs on both");
-
-            for (String a : before) {
-                Map<String, Long> c = stageCounters(stage, a);
-                assertEquals(0, c.get("MAPS_READ"), a + " READ while the service was stopped: " + c);
-                assertTrue(c.get("MAPS_VIA_HTTP") > 0, a + " fetched nothing over HTTP: " + c);
-                assertEquals(2, c.get("HOSTS_VIA_HTTP"), a + ": both NodeManagers over HTTP: " + c);
-            }
-            assertEquals(2, after.size(), "the second wave: " + after);
-            for (String a : after) {
+            for (String a : reducers) {
                 Map<String, Long> c = stageCounters(stage, a);
                 assertEquals(maps, c.get("MAPS_READ"), a + " READ every map output after the restart: " + c);
                 assertEquals(0, c.get("MAPS_VIA_HTTP"), a + ": " + c);
+                assertEquals(0, c.get("SERVICE_UNREACHABLE"), a + ": the restarted services knew the job: " + c);
                 assertEquals(0, c.get("READ_FAILURES"), a + ": " + c);
             }
             assertEquals((long) maps * reduces, job.counter(TaskCounter.SHUFFLED_MAPS));
             assertEquals(0, job.counter(TaskCounter.FAILED_SHUFFLE), "no fetch failed");
             assertNoMapBlamed(job, maps);
-            assertEquals(reduces, job.counter(JobCounter.TOTAL_LAUNCHED_REDUCES), "no reducer failed");
+            assertEquals(reduces, job.counter(JobCounter.TOTAL_LAUNCHED_REDUCES), "no reducer failed or started late");
+            awaitNoKeptJobs();
         } finally {
             touch(stage, "open");
             submit.shutdownNow();
+        }
+    }
+
+    /** The applications NodeManager {@code index}'s service keeps (files of its recovery path's job store). */
+    private String[] keptJobs(int index) {
+        File store = new File(cluster.clusterDir(), "nm-" + index + "-aux-state/" + MapReduceCluster.RDMA_SERVICE_NAME
+                + "/" + JobSecretStore.DIR_NAME);
+        String[] names = store.list((d, n) -> n.startsWith("application_"));
+        return names == null ? new String[0] : names;
+    }
+
+    /** Waits (30 s at most) until no NodeManager keeps a job: each forgets it once the application stops there. */
+    private void awaitNoKeptJobs() throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        for (int i = 0; i < cluster.nodeManagerCount(); i++) {
+            while (keptJobs(i).length > 0 && System.nanoTime() < deadline) {
+                Thread.sleep(100);
+            }
+            assertEquals(0, keptJobs(i).length, "NodeManager " + i + " still keeps " + Arrays.toString(keptJobs(i)));
         }
     }
 
