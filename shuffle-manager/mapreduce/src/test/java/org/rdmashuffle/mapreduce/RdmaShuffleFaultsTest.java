@@ -54,15 +54,20 @@ import org.slf4j.LoggerFactory;
  * {@link StagedRdmaShuffle}:
  * <ul>
  * <li>{@code mapreduce_shuffle} is restarted on every NodeManager (stopped on both, then started, through
- * {@code AuxServices.reload} as an operator's {@code PUT /ws/v1/node/auxiliaryservices} does) while the job's
- * reducers, every container of the job already started, wait to shuffle; each is started again on the HTTP port it
- * had (the one the ApplicationMaster told the reducers). The restarted services know the job from their recovery
- * path alone — no container of the job starts on them afterwards — so both reducers READ every map output, the job
- * writes the right bytes, no map is blamed or rerun, and each NodeManager forgets the job when it stops. What this
- * does not show: a reducer meeting the service down mid-shuffle (HTTP is down then too, and Hadoop's fetcher would
- * count its refused connections against the maps); that a reducer fetches over HTTP meanwhile and READs again
- * afterwards is {@link ReducerServiceRestartTest}'s, with real sockets. Nor is the NodeManager process restarted:
- * NodeManager recovery cannot run in a MiniYARNCluster of two NodeManagers (ephemeral ports, one state store).</li>
+ * {@code AuxServices.reload} as an operator's {@code PUT /ws/v1/node/auxiliaryservices} does), each time on the
+ * HTTP port it had (the one the ApplicationMaster told the reducers), twice in one job of two waves of reducers.
+ * Restart 1, the first wave waiting to shuffle: the READ sides' kept jobs are deleted meanwhile (as without recovery
+ * for them), so the restarted services refuse the unknown job and the first wave fetches over HTTP from Hadoop's
+ * side (its token recovered, its port kept) without sending a host to HTTP for good. The second wave's containers
+ * teach the services the job again. Restart 2, the second wave waiting, every container of the job started: the
+ * services know the job from their recovery paths alone, and the second wave READs every map output. The job writes
+ * the right bytes, no map is blamed or rerun, and each NodeManager forgets the job when it stops. Not shown here:
+ * one reducer meeting a service down and READing from it again later in its own shuffle (a reducer's turns of a
+ * host are too few to stage in a cluster: {@link ReducerServiceRestartTest} shows it with real sockets), a reducer
+ * shuffling while HTTP is down too (Hadoop's fetcher would count refused connections against the maps), and a
+ * restart of the NodeManager process itself (NodeManager recovery cannot run in a MiniYARNCluster of two
+ * NodeManagers: it refuses their ephemeral ports and would share one state store). Both NodeManagers share one
+ * READ node in this process, so the job's kept entries are deleted on both, never on one.</li>
  * <li>a reducer's merge writes into a tmpfs of 64 KiB mounted on its attempt's output directory: that attempt
  * fails with the disk full, the job reruns the reduce (another attempt, another directory), writes the right
  * bytes, and no map is blamed or rerun.</li>
@@ -108,60 +113,70 @@ class RdmaShuffleFaultsTest {
 
     @Test
     @Timeout(420)
-    void shouldReadEveryMapOutputWhenMapreduceShuffleRestartsWithTheJobsReducersWaiting() throws Exception {
+    void shouldReadMapOutputsAgainWhenMapreduceShuffleRestartsWithAJobRunning() throws Exception {
         final long rows = 8_000;
         final int maps = 2;
-        final int reduces = 2;
+        final int reduces = 4;
         Path dir = new Path(cluster.workDir(), "restart");
         TeraRows.writeFiles(new Path(dir, "input"), rows, maps, SEED);
         File stage = stageDir("restart");
         Configuration conf = stagedJob(stage, rows, maps);
-        // Maps of 2048 MB: one per NodeManager (3072 MB, the AM's 512 MB on one of them), so a map output on each;
-        // reduces of 1664 MB (1600 rounded up): one per NodeManager, both started before the restart.
+        // Maps of 2048 MB: one per NodeManager (3072 MB, the AM's 512 MB on one of them), so a map output on each.
+        // Reduces of 1664 MB (1600 rounded up): one per NodeManager at a time, so two waves of two, each with a
+        // reducer on each NodeManager.
         conf.setInt(MRJobConfig.MAP_MEMORY_MB, 2048);
         conf.setInt(MRJobConfig.REDUCE_MEMORY_MB, 1600);
         ExecutorService submit = Executors.newSingleThreadExecutor();
         try {
             Future<JobResult> running = submit.submit(() -> TeraSort.run(conf, new Path(dir, "input"),
                     new Path(dir, "sorted"), reduces));
-            List<String> reducers = awaitStage(stage, "waiting-", reduces, running);
+            List<String> before = awaitStage(stage, "waiting-", 2, running);
             int[] httpPorts = new int[cluster.nodeManagerCount()];
             for (int i = 0; i < httpPorts.length; i++) {
                 httpPorts[i] = cluster.shufflePort(i);
-                String[] kept = keptJobs(i);
-                assertEquals(1, kept.length, "NodeManager " + i + " keeps the job's secret: " + Arrays.toString(kept));
             }
-            // Every container of the job has started: from here on no NodeManager is told of the job again.
-            for (int i = 0; i < httpPorts.length; i++) {
-                cluster.stopAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME);
+            // The first wave's containers have started; no container of the job starts until it is done. Restart 1:
+            // the READ sides lose the job (as without recovery for them, or an entry they cannot read); Hadoop's HTTP
+            // side keeps its token.
+            restartShuffle(httpPorts, true);
+            for (String a : before) {
+                touch(stage, "go-" + a);
             }
-            assertFalse(listening(port, false), "the service still listens on " + port + " after its stop");
-            for (int i = 0; i < httpPorts.length; i++) {
-                assertFalse(listening(httpPorts[i], false), "HTTP still up on " + httpPorts[i]);
+            awaitStage(stage, "shuffled-", 2, running);
+            for (String a : before) {
+                touch(stage, "done-" + a);
             }
-            for (int i = 0; i < httpPorts.length; i++) { // the HTTP port the ApplicationMaster told the reducers
-                cluster.startAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME, MapReduceCluster.RDMA_SERVICE_CLASS,
-                        Map.of(org.apache.hadoop.mapred.ShuffleHandler.SHUFFLE_PORT_CONFIG_KEY,
-                                Integer.toString(httpPorts[i])));
-                assertEquals(httpPorts[i], cluster.shufflePort(i), "NodeManager " + i + "'s HTTP port kept");
-            }
-            assertTrue(listening(port, true), "the service does not listen on " + port + " after its start");
+            // The second wave's containers start now, one on each NodeManager: the services learn the job again.
+            List<String> after = new ArrayList<>(awaitStage(stage, "waiting-", 4, running));
+            after.removeAll(before);
+            // Restart 2, every container of the job started: the services know it from their recovery paths alone.
+            restartShuffle(httpPorts, false);
             touch(stage, "open");
             JobResult job = running.get(JOB_SECONDS, TimeUnit.SECONDS);
             assertTrue(job.succeeded(), "TeraSort failed");
             assertEquals(TeraRows.expected(SEED, rows), checkSortedAndSum(new Path(dir, "sorted")));
             assertEquals(Set.of(0, 1), nodeManagersOf(job.succeededAttempts(true)), "map outputs on both");
-            for (String a : reducers) {
+
+            for (String a : before) { // over HTTP from the restarted services, READs asked again at each turn
+                Map<String, Long> c = stageCounters(stage, a);
+                assertEquals(0, c.get("MAPS_READ"), a + ": the restarted services did not know the job: " + c);
+                assertTrue(c.get("MAPS_VIA_HTTP") >= maps, a + " fetched over HTTP: " + c);
+                assertTrue(c.get("SERVICE_UNREACHABLE") >= 2, a + ": both refused the unknown job: " + c);
+                assertEquals(0, c.get("HOSTS_VIA_HTTP"), a + ": no host sent to HTTP for good: " + c);
+                assertEquals(0, c.get("READ_FAILURES"), a + ": " + c);
+            }
+            assertEquals(2, after.size(), "the second wave: " + after);
+            for (String a : after) {
                 Map<String, Long> c = stageCounters(stage, a);
                 assertEquals(maps, c.get("MAPS_READ"), a + " READ every map output after the restart: " + c);
                 assertEquals(0, c.get("MAPS_VIA_HTTP"), a + ": " + c);
-                assertEquals(0, c.get("SERVICE_UNREACHABLE"), a + ": the restarted services knew the job: " + c);
+                assertEquals(0, c.get("SERVICE_UNREACHABLE"), a + ": " + c);
                 assertEquals(0, c.get("READ_FAILURES"), a + ": " + c);
             }
             assertEquals((long) maps * reduces, job.counter(TaskCounter.SHUFFLED_MAPS));
             assertEquals(0, job.counter(TaskCounter.FAILED_SHUFFLE), "no fetch failed");
             assertNoMapBlamed(job, maps);
-            assertEquals(reduces, job.counter(JobCounter.TOTAL_LAUNCHED_REDUCES), "no reducer failed or started late");
+            assertEquals(reduces, job.counter(JobCounter.TOTAL_LAUNCHED_REDUCES), "no reducer failed");
             awaitNoKeptJobs();
         } finally {
             touch(stage, "open");
@@ -170,11 +185,41 @@ class RdmaShuffleFaultsTest {
     }
 
     /** The applications NodeManager {@code index}'s service keeps (files of its recovery path's job store). */
+    /**
+     * Stops {@code mapreduce_shuffle} on both NodeManagers, then starts it on the HTTP ports it had ({@code httpPorts},
+     * the ones the ApplicationMaster told the reducers); with {@code forget} the READ sides' kept jobs are deleted
+     * meanwhile (each NodeManager kept the running job before).
+     */
+    private void restartShuffle(int[] httpPorts, boolean forget) throws Exception {
+        for (int i = 0; i < httpPorts.length; i++) {
+            String[] kept = keptJobs(i);
+            assertEquals(1, kept.length, "NodeManager " + i + " keeps the job's secret: " + Arrays.toString(kept));
+            cluster.stopAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME);
+            if (forget) {
+                Files.delete(new File(keptDir(i), kept[0]).toPath());
+            }
+        }
+        assertFalse(listening(port, false), "the service still listens on " + port + " after its stop");
+        for (int httpPort : httpPorts) {
+            assertFalse(listening(httpPort, false), "HTTP still up on " + httpPort);
+        }
+        for (int i = 0; i < httpPorts.length; i++) {
+            cluster.startAuxService(i, MapReduceCluster.RDMA_SERVICE_NAME, MapReduceCluster.RDMA_SERVICE_CLASS,
+                    Map.of(org.apache.hadoop.mapred.ShuffleHandler.SHUFFLE_PORT_CONFIG_KEY,
+                            Integer.toString(httpPorts[i])));
+            assertEquals(httpPorts[i], cluster.shufflePort(i), "NodeManager " + i + "'s HTTP port kept");
+        }
+        assertTrue(listening(port, true), "the service does not listen on " + port + " after its start");
+    }
+
     private String[] keptJobs(int index) {
-        File store = new File(cluster.clusterDir(), "nm-" + index + "-aux-state/" + MapReduceCluster.RDMA_SERVICE_NAME
-                + "/" + JobSecretStore.DIR_NAME);
-        String[] names = store.list((d, n) -> n.startsWith("application_"));
+        String[] names = keptDir(index).list((d, n) -> n.startsWith("application_"));
         return names == null ? new String[0] : names;
+    }
+
+    private File keptDir(int index) {
+        return new File(cluster.clusterDir(), "nm-" + index + "-aux-state/" + MapReduceCluster.RDMA_SERVICE_NAME + "/"
+                + JobSecretStore.DIR_NAME);
     }
 
     /** Waits (30 s at most) until no NodeManager keeps a job: each forgets it once the application stops there. */
