@@ -191,11 +191,12 @@ final class RdmaFetcher<K, V> extends Thread {
             return false;
         }
         shuffle.times().registering(System.nanoTime() - asking);
-        client.answered(host);
+        if (reply.status() == RegisterProtocol.UNKNOWN_JOB) { // not answered as the job's service: the wait grows
+            shuffle.reporter().incrCounter(RdmaShuffleCounter.SERVICE_UNREACHABLE, 1);
+        } else {
+            client.answered(host);
+        }
         if (reply.status() != RegisterProtocol.OK) {
-            if (reply.status() == RegisterProtocol.UNKNOWN_JOB) {
-                shuffle.reporter().incrCounter(RdmaShuffleCounter.SERVICE_UNREACHABLE, 1);
-            }
             return refused(host, service, reply, batch, left, viaHttp);
         }
         Map<Integer, Pending<K, V>> pending = new HashMap<>();
