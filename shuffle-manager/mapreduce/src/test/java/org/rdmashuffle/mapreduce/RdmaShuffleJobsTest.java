@@ -210,6 +210,8 @@ class RdmaShuffleJobsTest {
     void shouldFetchOverHttpWithAWarnPerHostWhenReducersFindNoServiceAndCountRight() throws Exception {
         Path dir = new Path(cluster.workDir(), "no-service");
         Configuration conf = rdmaJob(freePort()); // nobody listens there: as a cluster without the service
+        // Each later turn of a host asks again: no retries within a turn, or each would wait connectRetryWait thrice.
+        conf.set(MapReduceRdmaConf.PREFIX + "connectRetries", "0");
         List<Path> files = WordCountText.write(conf, new Path(dir, "text"), MAPS, 2_000, 3_000, SEED);
         WordCount.Result count = WordCount.run(conf, new Path(dir, "text"), new Path(dir, "counts"), 2);
         assertTrue(count.job().succeeded(), "WordCount failed");
