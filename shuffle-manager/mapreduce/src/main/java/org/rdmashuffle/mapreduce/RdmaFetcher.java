@@ -73,7 +73,8 @@ final class RdmaFetcher<K, V> extends Thread {
         this.client = client;
         this.clientProblem = clientProblem;
         this.classifier = new FailedReadClassifier(() -> client != null && client.nodeFailed(),
-                origin -> currentHost != null && client.httpReason(currentHost) != null, true);
+                origin -> currentHost != null && (client.httpReason(currentHost) != null
+                        || client.busyReason(currentHost) != null), true);
     }
 
     /**
@@ -177,8 +178,10 @@ final class RdmaFetcher<K, V> extends Thread {
                     asked.length);
         } catch (IOException | IllegalArgumentException e) {
             shuffle.times().registering(System.nanoTime() - asking);
+            // this turn over HTTP, READs later
             if (e instanceof IOException io && client.cannotAsk(host, service, io)) {
-                shuffle.reporter().incrCounter(RdmaShuffleCounter.SERVICE_BUSY, 1); // this turn over HTTP, READs later
+                shuffle.reporter().incrCounter(io instanceof org.rdmashuffle.transport.PeerBusyException
+                        ? RdmaShuffleCounter.SERVICE_BUSY : RdmaShuffleCounter.SERVICE_UNREACHABLE, 1);
             } else if (e instanceof IllegalArgumentException) {
                 client.useHttp(host, "its rdma-shuffle service at " + service + " cannot be asked: " + e.getMessage());
             }
@@ -188,7 +191,11 @@ final class RdmaFetcher<K, V> extends Thread {
             return false;
         }
         shuffle.times().registering(System.nanoTime() - asking);
-        client.answered(host);
+        if (reply.status() == RegisterProtocol.UNKNOWN_JOB) { // not answered as the job's service: the wait grows
+            shuffle.reporter().incrCounter(RdmaShuffleCounter.SERVICE_UNREACHABLE, 1);
+        } else {
+            client.answered(host);
+        }
         if (reply.status() != RegisterProtocol.OK) {
             return refused(host, service, reply, batch, left, viaHttp);
         }
@@ -251,8 +258,10 @@ final class RdmaFetcher<K, V> extends Thread {
     /**
      * What a REGISTER of {@code batch} that {@code host}'s service did not answer OK means. Busy (every register
      * worker taken): that batch goes over HTTP this turn, the rest of the host's maps are asked for as usual, and
-     * the host is not sent to HTTP for good, so its next turn asks again. Any other refusal: the host's outputs go
-     * over HTTP from now on, this batch and the rest with them.
+     * the host is not sent to HTTP for good, so its next turn asks again. An unknown job (a service that restarted
+     * and does not know the job yet): the host's outputs go over HTTP for a while, then READs are tried again. Any
+     * other refusal (a request the service calls bad): the host's outputs go over HTTP from now on. Either way this
+     * batch and the rest go over HTTP now.
      *
      * @return whether the rest of the host's maps ({@code left}) are still to be asked for
      */
@@ -262,7 +271,11 @@ final class RdmaFetcher<K, V> extends Thread {
             viaHttp.addAll(batch);
             return true;
         }
-        client.useHttp(host, "its rdma-shuffle service at " + service + " refused: " + reply.reason());
+        if (reply.status() == RegisterProtocol.UNKNOWN_JOB) {
+            client.later(host, service, ReducerClient.Later.DOWN, "it does not know the job: " + reply.reason());
+        } else {
+            client.useHttp(host, "its rdma-shuffle service at " + service + " refused: " + reply.reason());
+        }
         viaHttp.addAll(batch);
         viaHttp.addAll(left);
         left.clear();
@@ -293,7 +306,9 @@ final class RdmaFetcher<K, V> extends Thread {
                         viaHttp.add(p.mapId());
                     }
                 }
-                client.useHttp(host, "a READ from it failed: " + e.getMessage());
+                // Over HTTP for a while, then READs again: a service that restarted serves them again.
+                client.later(host, client.serviceOf(host), ReducerClient.Later.DOWN, "a READ from it failed: "
+                        + e.getMessage());
                 shuffle.reporter().incrCounter(RdmaShuffleCounter.READ_FAILURES, 1);
                 closeFetcher(); // what is still in flight is dropped with the fetcher
                 for (Pending<K, V> q : pending.values()) {

@@ -16,13 +16,24 @@ public enum RdmaShuffleCounter {
      * actually fetched; Hadoop's SHUFFLED_MAPS counts both ways exactly.
      */
     MAPS_VIA_HTTP,
-    /** NodeManagers this task fetched from over HTTP (one WARN each). */
+    /**
+     * NodeManagers this task fetched from over HTTP for the rest of its life: what does not change while a job runs
+     * (another protocol or version on the port, a relay, a request the service calls bad) or this task's buffers
+     * running out (one WARN each). A service down, restarting or busy is asked again later: SERVICE_UNREACHABLE,
+     * SERVICE_BUSY.
+     */
     HOSTS_VIA_HTTP,
     /**
      * Times a NodeManager's service was busy (at its connection limits) when this task connected: that host's
      * outputs of the turn went over HTTP, and READs were tried again after a wait (one WARN per host).
      */
     SERVICE_BUSY,
+    /**
+     * Times a NodeManager's service could not be asked (connection refused or lost, no answer, a READ that failed)
+     * or did not know the job (a restarted service): that host's outputs went over HTTP for a while, then READs
+     * were tried again (one WARN per host each time its trouble changes).
+     */
+    SERVICE_UNREACHABLE,
     /**
      * Fetches over READs that failed: a fault of the map's data (output missing, bad checksum), reported to
      * Hadoop's scheduler as the map's fetch failure, or a transport fault (a READ failed or timed out), after which

@@ -30,6 +30,9 @@ import org.slf4j.LoggerFactory;
  * withdrawn at once and its outputs are deregistered and unmapped on a thread of the service, not on the
  * NodeManager's dispatcher; all of them go when the NodeManager stops.
  *
+ * <p>With NodeManager recovery on, each job's user and secret are also kept under the service's recovery path
+ * ({@link JobSecretStore}) and known again when the service starts, as Hadoop's side recovers its job tokens.
+ *
  * <p>Only methods that {@link ShuffleHandler} has in Hadoop 3.3, 3.4 and 3.5 alike are overridden, and nothing of
  * its internals (Netty 3 in 3.3, Netty 4 from 3.4) is touched.
  */
@@ -42,6 +45,8 @@ public class RdmaShuffleHandler extends ShuffleHandler {
     private RdmaShuffleConf rdma;
     private LocalDirs dirs;
     private ShuffleServer server;
+    /** Where job secrets are kept while NodeManager recovery is on, or null. */
+    private volatile JobSecretStore kept;
 
     /** Under {@link ShuffleHandler}'s own name; YARN runs it under the name it is configured as. */
     public RdmaShuffleHandler() {
@@ -75,7 +80,33 @@ public class RdmaShuffleHandler extends ShuffleHandler {
         }
         LOG.info("rdma-shuffle: {} serves map outputs under {} at {} beside its HTTP shuffle", getName(), dirs,
                 server.address());
+        recoverJobs(server);
         super.serviceStart(); // on failure the service is stopped: serviceStop releases the node
+    }
+
+    /**
+     * With NodeManager recovery on (YARN gives a recovery path), the jobs kept before a restart are known again at
+     * once: their reducers REGISTER and READ without waiting for a new container of the job here. Nothing here fails
+     * the start: a store that cannot be opened or an entry that cannot be read is a WARN.
+     */
+    private void recoverJobs(ShuffleServer s) {
+        org.apache.hadoop.fs.Path recovery = getRecoveryPath();
+        if (recovery == null) {
+            return;
+        }
+        try {
+            kept = JobSecretStore.under(new java.io.File(recovery.toUri().getPath()).toPath());
+        } catch (IOException | RuntimeException e) {
+            LOG.warn("rdma-shuffle: cannot keep job secrets under the recovery path {} ({}): after a restart a job is"
+                    + " known again from its next container here only", recovery, e.toString());
+            return;
+        }
+        int known = 0;
+        for (JobSecretStore.Entry job : kept.load()) {
+            s.jobs().learn(job.app(), job.user(), dirs, job.secret());
+            known++;
+        }
+        LOG.info("rdma-shuffle: {} job(s) known again from {}", known, kept.dir());
     }
 
     /**
@@ -131,11 +162,19 @@ public class RdmaShuffleHandler extends ShuffleHandler {
         if (s != null) {
             s.jobs().learn(context.getApplicationId(), context.getUser(), dirs, token.getPassword());
         }
+        JobSecretStore store = kept;
+        if (store != null) {
+            store.save(context.getApplicationId(), context.getUser(), token.getPassword());
+        }
     }
 
     @Override
     public void stopApplication(ApplicationTerminationContext context) {
         super.stopApplication(context);
+        JobSecretStore store = kept;
+        if (store != null) {
+            store.remove(context.getApplicationId());
+        }
         ShuffleServer s = server;
         if (s == null) {
             return;

@@ -26,11 +26,12 @@ import org.slf4j.LoggerFactory;
 /**
  * A reduce task's side of the transport: its node (outgoing connections only, each proving the job's shuffle
  * secret for the job's realm), its pool of registered receive buffers, and which NodeManagers it fetches from
- * over HTTP instead (no service there, the service does not know the job, or it refused) — each said once in a
- * WARN. A service that is busy (at its connection limits: {@link PeerBusyException}) is not given up on: that
- * host's outputs go over HTTP for a while ({@link #BUSY_FIRST_WAIT_MS}, doubling to {@link #BUSY_MAX_WAIT_MS}
- * while it stays busy), then READs are tried again. Shared by the task's fetcher threads; each of them has its
- * own {@link BlockFetcher}.
+ * over HTTP instead — for good when what it says cannot change while the job runs (another protocol or version,
+ * a relay), else for a while: a service that is busy ({@link PeerBusyException}), unreachable (not running,
+ * restarting) or does not know the job (yet) is not given up on: that host's outputs go over HTTP for a while
+ * ({@link #BUSY_FIRST_WAIT_MS}, doubling to {@link #BUSY_MAX_WAIT_MS} while it stays so), then READs are tried
+ * again. Each said once per host in a WARN, each time it changes. Shared by the task's fetcher threads; each of
+ * them has its own {@link BlockFetcher}.
  *
  * <p>Opened in this order: node, pool. Closed node first (its channels stop and complete their READs before the
  * buffers' memory goes), then the pool — as {@link org.rdmashuffle.shuffle.core.serve.MapOutputServer} does.
@@ -49,14 +50,26 @@ final class ReducerClient implements AutoCloseable {
     /** The longest wait: it doubles with every busy answer in a row, up to this. */
     static final long BUSY_MAX_WAIT_MS = 60_000;
 
-    /** A NodeManager whose service said busy: its outputs go over HTTP until {@code untilNanos}. */
-    private record Busy(long untilNanos, long waitMs, String why) {
+    /** Why a host's READs wait: its service said busy, or it could not be reached or did not know the job. */
+    enum Later {
+        /** At its connection or REGISTER limits ({@link PeerBusyException}; counted in SERVICE_BUSY). */
+        BUSY,
+        /**
+         * Not reachable (connection refused or lost, no answer), or it did not know the job (a handshake refused for
+         * an unknown job or wrong secret, a REGISTER answered "unknown job"): a service restarting (counted in
+         * SERVICE_UNREACHABLE).
+         */
+        DOWN
     }
 
-    /** NodeManager → its back-off after a busy answer; gone once its service answers a REGISTER. */
-    private final Map<String, Busy> busy = new ConcurrentHashMap<>();
-    /** NodeManagers whose busy answer was logged (once each). */
-    private final java.util.Set<String> busyLogged = ConcurrentHashMap.newKeySet();
+    /** A NodeManager whose READs wait: its outputs go over HTTP until {@code untilNanos}. */
+    private record Wait(Later kind, long untilNanos, long waitMs, String why) {
+    }
+
+    /** NodeManager → its back-off; gone once its service answers a REGISTER. */
+    private final Map<String, Wait> waits = new ConcurrentHashMap<>();
+    /** NodeManager → the kind of wait last said in a WARN (one WARN per host per change); gone once answered. */
+    private final Map<String, Later> said = new ConcurrentHashMap<>();
     private final LongSupplier nanoClock;
 
     ReducerClient(RdmaShuffleConf serviceConf, String realm, byte[] secret) throws IOException {
@@ -137,38 +150,74 @@ final class ReducerClient implements AutoCloseable {
     }
 
     /**
-     * {@code host}'s service could not be asked (a REGISTER not sent or not answered, {@code e}): if it said busy,
-     * its outputs go over HTTP for a while and READs are tried again after it (true); otherwise from now on (false).
+     * {@code host}'s service could not be asked (a REGISTER not sent or not answered, {@code e}). What cannot change
+     * while the job runs ({@link #staysSo}: another protocol or version on the port, a relay) sends the host to
+     * HTTP from now on (false); anything else — busy, refused or lost connections, no answer, a job the service
+     * does not know (yet: a restarted service) — sends the host's outputs over HTTP for a while, then READs are
+     * tried again (true).
      */
     boolean cannotAsk(MapHost host, NodeAddress service, IOException e) {
-        if (!(e instanceof PeerBusyException)) {
+        if (staysSo(e)) {
             useHttp(host, "its rdma-shuffle service at " + service + " cannot be asked: " + e.getMessage());
             return false;
         }
-        long now = nanoClock.getAsLong();
-        Busy b = busy.compute(host.getHostName(), (h, last) -> {
-            long waitMs = last == null ? BUSY_FIRST_WAIT_MS : Math.min(BUSY_MAX_WAIT_MS, last.waitMs() * 2);
-            return new Busy(now + TimeUnit.MILLISECONDS.toNanos(waitMs), waitMs, "its rdma-shuffle service at "
-                    + service + " is busy (for " + waitMs + " ms after: " + e.getMessage() + ")");
-        });
-        if (busyLogged.add(host.getHostName())) {
-            LOG.warn("rdma-shuffle: the rdma-shuffle service at {} is busy: map outputs of {} go over Hadoop's HTTP "
-                    + "shuffle for {} ms, then READs are tried again (the wait doubles, to {} s at most, while it "
-                    + "stays busy; said once per host, counted in SERVICE_BUSY): {}", service, host.getHostName(),
-                    b.waitMs(), BUSY_MAX_WAIT_MS / 1000, e.getMessage());
-        }
+        later(host, service, e instanceof PeerBusyException ? Later.BUSY : Later.DOWN, e.getMessage());
         return true;
     }
 
-    /** Why {@code host}'s outputs go over HTTP for now (its service said busy, and the wait is not over), or null. */
-    String busyReason(MapHost host) {
-        Busy b = busy.get(host.getHostName());
-        return b == null || nanoClock.getAsLong() - b.untilNanos() >= 0 ? null : b.why();
+    /**
+     * Whether {@code e}, a failure to ask a service, says something that does not change while a job runs: the peer
+     * speaks another protocol or version, keeps no per-job secrets or has authentication off, or the connection
+     * reached another address than the one dialled (a relay). Told by the transport's words for them.
+     */
+    static boolean staysSo(Throwable e) {
+        for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
+            String m = t.getMessage();
+            if (m != null && (m.contains("protocol version not supported") || m.contains("is not an rdma-shuffle")
+                    || m.contains("keeps no secrets per realm") || m.contains("has authentication off")
+                    || m.contains("the other off") || m.contains("another address than the one dialled"))) {
+                return true;
+            }
+        }
+        return false;
     }
 
-    /** {@code host}'s service answered a REGISTER: a later busy answer waits the first wait again. */
+    /**
+     * {@code host}'s outputs go over HTTP for a while ({@link #BUSY_FIRST_WAIT_MS}, doubling while the service
+     * stays so, to {@link #BUSY_MAX_WAIT_MS}), then READs are tried again. One WARN per host each time the kind of
+     * trouble changes.
+     */
+    void later(MapHost host, NodeAddress service, Later kind, String why) {
+        long now = nanoClock.getAsLong();
+        String what = kind == Later.BUSY ? "is busy" : "cannot be asked";
+        Wait w = waits.compute(host.getHostName(), (h, last) -> {
+            long waitMs = last == null ? BUSY_FIRST_WAIT_MS : Math.min(BUSY_MAX_WAIT_MS, last.waitMs() * 2);
+            return new Wait(kind, now + TimeUnit.MILLISECONDS.toNanos(waitMs), waitMs, "its rdma-shuffle service at "
+                    + service + " " + what + " (for " + waitMs + " ms after: " + why + ")");
+        });
+        if (said.put(host.getHostName(), kind) != kind) {
+            LOG.warn("rdma-shuffle: the rdma-shuffle service at {} {}: map outputs of {} go over Hadoop's HTTP "
+                    + "shuffle for {} ms, then READs are tried again (the wait doubles, to {} s at most, while it "
+                    + "stays so; said once per host until it answers, counted in {}): {}", service, what,
+                    host.getHostName(), w.waitMs(), BUSY_MAX_WAIT_MS / 1000,
+                    kind == Later.BUSY ? "SERVICE_BUSY" : "SERVICE_UNREACHABLE", why);
+        }
+    }
+
+    /** Why {@code host}'s outputs go over HTTP for now (its READs wait, and the wait is not over), or null. */
+    String busyReason(MapHost host) {
+        Wait w = waits.get(host.getHostName());
+        return w == null || nanoClock.getAsLong() - w.untilNanos() >= 0 ? null : w.why();
+    }
+
+    /** {@code host}'s service answered a REGISTER: a later trouble waits the first wait again, and is said again. */
     void answered(MapHost host) {
-        busy.remove(host.getHostName());
+        waits.remove(host.getHostName());
+        Later was = said.remove(host.getHostName());
+        if (was != null) {
+            LOG.info("rdma-shuffle: the rdma-shuffle service of {} answers again: its map outputs are READ",
+                    host.getHostName());
+        }
     }
 
     int hostsViaHttp() {

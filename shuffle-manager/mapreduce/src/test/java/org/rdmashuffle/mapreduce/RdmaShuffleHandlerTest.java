@@ -668,12 +668,23 @@ class RdmaShuffleHandlerTest {
                 release.countDown(); // the workers are free again: the next turn's REGISTER is answered
                 assertEquals(RegisterProtocol.OK, register(client, at, 0, new MapAttempt(0, 0)).status());
 
-                // Any other refusal still sends the host to HTTP for good.
+                // A job the service does not know (yet: a restarted service): this batch and the rest over HTTP,
+                // the host's READs tried again after a wait.
                 RegisterProtocol.Reply unknown = RegisterProtocol.parseReply(RegisterProtocol.encodeRefusal(
                         RegisterProtocol.UNKNOWN_JOB, "not here"), 1);
                 java.util.List<TaskAttemptID> allViaHttp = new java.util.ArrayList<>();
                 assertFalse(fetcher.refused(host, at, unknown, batch, left, allViaHttp));
                 assertEquals(java.util.List.of(batch.get(0), next), allViaHttp);
+                assertEquals(null, client.httpReason(host), "an unknown job sent the host to HTTP for good");
+                assertNotNull(client.busyReason(host));
+
+                // A request the service calls bad sends the host to HTTP for good.
+                RegisterProtocol.Reply bad = RegisterProtocol.parseReply(RegisterProtocol.encodeRefusal(
+                        RegisterProtocol.BAD_REQUEST, "not so"), 1);
+                left.add(next);
+                java.util.List<TaskAttemptID> rest = new java.util.ArrayList<>();
+                assertFalse(fetcher.refused(host, at, bad, batch, left, rest));
+                assertEquals(java.util.List.of(batch.get(0), next), rest);
                 assertNotNull(client.httpReason(host));
             }
         } finally {

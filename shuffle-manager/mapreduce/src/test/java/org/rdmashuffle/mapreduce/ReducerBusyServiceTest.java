@@ -1,7 +1,6 @@
 package org.rdmashuffle.mapreduce;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
@@ -28,8 +27,8 @@ import org.rdmashuffle.transport.RdmaTransport;
 /**
  * A NodeManager's service that is busy (here: the job holds its share of the node's connections) is not given up
  * on: the reducer fetches that host's outputs of this turn over HTTP and tries READs again after a wait that grows
- * while the service stays busy — where a service that is absent or refuses sends the host to HTTP for good. Real
- * sockets, no cluster; the back-off's clock is the test's.
+ * while the service stays busy (as for a service that is down or does not know the job:
+ * {@link ReducerServiceRestartTest}). Real sockets, no cluster; the back-off's clock is the test's.
  */
 class ReducerBusyServiceTest {
     private static final String JOB = "job_1700000000000_0007";
@@ -113,25 +112,6 @@ class ReducerBusyServiceTest {
             } finally {
                 holder.close();
             }
-        }
-    }
-
-    @Test
-    @Timeout(60)
-    void shouldFetchOverHttpForGoodWhenNoServiceListens() throws Exception {
-        MapHost host = new MapHost("127.0.0.1:13562", "http://127.0.0.1:13562/mapOutput?job=x&reduce=0&map=");
-        int freePort;
-        try (java.net.ServerSocket s = new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
-            freePort = s.getLocalPort();
-        }
-        try (ReducerClient reducer = new ReducerClient(conf(freePort), JOB, TOKEN)) {
-            NodeAddress service = reducer.serviceOf(host);
-            IOException refused = assertThrows(IOException.class, () -> echo(reducer, service, "r"));
-            assertFalse(refused instanceof PeerBusyException, refused.toString());
-            assertFalse(reducer.cannotAsk(host, service, refused));
-            assertNotNull(reducer.httpReason(host));
-            assertNull(reducer.busyReason(host));
-            assertEquals(1, reducer.hostsViaHttp());
         }
     }
 }

@@ -245,6 +245,7 @@ public final class MapReduceCluster implements AutoCloseable {
         private final Map<String, String> jobSettings = new LinkedHashMap<>();
         private boolean rdmaService;
         private boolean historyServer;
+        private boolean auxServiceRecovery;
 
         private Builder(String name) {
             this.name = name;
@@ -256,6 +257,20 @@ public final class MapReduceCluster implements AutoCloseable {
          */
         public Builder withRdmaService(boolean enabled) {
             this.rdmaService = enabled;
+            return this;
+        }
+
+        /**
+         * Give every aux service a recovery path (its own directory under {@code <cluster dir>/nm-<i>-aux-state}),
+         * as a NodeManager with {@code yarn.nodemanager.recovery.enabled} does: Hadoop's ShuffleHandler keeps its job
+         * tokens there, and the drop-in its job secrets. NodeManager recovery itself cannot be turned on in a
+         * MiniYARNCluster of two NodeManagers (it refuses the ephemeral NodeManager ports the mini cluster uses, and
+         * its state store would be one directory for both), so the NodeManagers' {@link AuxServices} are given the
+         * root their {@code serviceInit} would have computed before the services start (its private field
+         * {@code stateStoreRoot}, the same in Hadoop 3.3, 3.4 and 3.5).
+         */
+        public Builder withAuxServiceRecovery(boolean enabled) {
+            this.auxServiceRecovery = enabled;
             return this;
         }
 
@@ -301,6 +316,9 @@ public final class MapReduceCluster implements AutoCloseable {
                         new AuxServiceRecords().serviceList(records.toArray(new AuxServiceRecord[0]));
                 for (int i = 0; i < NODE_MANAGERS; i++) {
                     AuxServices auxServices = auxServicesOf(cluster.getNodeManager(i));
+                    if (auxServiceRecovery) {
+                        giveRecoveryRoot(auxServices, new File(cluster.getTestWorkDir(), "nm-" + i + "-aux-state"));
+                    }
                     auxServices.reload(services);
                     Set<String> running = auxServices.getMetaData().keySet();
                     for (AuxServiceRecord service : services.getServices()) {
@@ -326,9 +344,29 @@ public final class MapReduceCluster implements AutoCloseable {
         }
 
         private static AuxServiceRecord service(String name, String className) {
+            return service(name, className, Map.of());
+        }
+
+        /** A service record; {@code settings} land in the configuration the service is initialised with. */
+        private static AuxServiceRecord service(String name, String className, Map<String, String> settings) {
             AuxServiceConfiguration conf = new AuxServiceConfiguration();
             conf.setProperty(AuxServices.CLASS_NAME, className);
+            settings.forEach(conf::setProperty);
             return new AuxServiceRecord().name(name).configuration(conf);
+        }
+
+        /** What AuxServices.serviceInit sets with NodeManager recovery on: see {@link #withAuxServiceRecovery}. */
+        private static void giveRecoveryRoot(AuxServices auxServices, File root) throws IOException {
+            try {
+                java.lang.reflect.Field rootField = AuxServices.class.getDeclaredField("stateStoreRoot");
+                java.lang.reflect.Field fsField = AuxServices.class.getDeclaredField("stateStoreFs");
+                rootField.setAccessible(true);
+                fsField.setAccessible(true);
+                rootField.set(auxServices, new org.apache.hadoop.fs.Path(root.getAbsolutePath()));
+                fsField.set(auxServices, org.apache.hadoop.fs.FileSystem.getLocal(new Configuration()).getRaw());
+            } catch (ReflectiveOperationException | RuntimeException e) {
+                throw new IOException("cannot give the aux services a recovery path in this Hadoop: " + e, e);
+            }
         }
 
         private Configuration configuration() {
@@ -376,6 +414,53 @@ public final class MapReduceCluster implements AutoCloseable {
 
             nodeManagerSettings.forEach(conf::set);
             return conf;
+        }
+    }
+
+    /**
+     * Stops aux service {@code name} on NodeManager {@code index} while the NodeManager and its other services run
+     * on ({@link AuxServices#reload} with the running services but that one, as an operator's
+     * {@code PUT /ws/v1/node/auxiliaryservices} would).
+     */
+    public void stopAuxService(int index, String name) throws IOException {
+        reloadAuxServices(index, name, null);
+    }
+
+    /** Starts aux service {@code name} ({@code className}) on NodeManager {@code index} beside the running ones. */
+    public void startAuxService(int index, String name, String className) throws IOException {
+        reloadAuxServices(index, name, className);
+    }
+
+    /**
+     * Starts aux service {@code name} ({@code className}) on NodeManager {@code index} with {@code settings} in the
+     * configuration it is initialised with (the record's configuration, which {@link AuxServices} lays over the
+     * NodeManager's), for example the HTTP shuffle port it had before a restart.
+     */
+    public void startAuxService(int index, String name, String className, Map<String, String> settings)
+            throws IOException {
+        reloadAuxServices(index, name, className, settings);
+    }
+
+    private void reloadAuxServices(int index, String name, String className) throws IOException {
+        reloadAuxServices(index, name, className, Map.of());
+    }
+
+    private void reloadAuxServices(int index, String name, String className, Map<String, String> settings)
+            throws IOException {
+        AuxServices auxServices = auxServicesOf(nodeManager(index));
+        List<AuxServiceRecord> records = new ArrayList<>();
+        for (AuxServiceRecord running : auxServices.getServiceRecords()) {
+            if (!running.getName().equals(name)) {
+                records.add(running); // the same record: AuxServices leaves that service running
+            }
+        }
+        if (className != null) {
+            records.add(Builder.service(name, className, settings));
+        }
+        auxServices.reload(new AuxServiceRecords().serviceList(records.toArray(new AuxServiceRecord[0])));
+        if (auxServices.getMetaData().containsKey(name) != (className != null)) {
+            throw new IOException("NodeManager " + index + " did not " + (className != null ? "start" : "stop")
+                    + " aux service " + name + " (running: " + auxServices(index) + "); see the log above");
         }
     }
 
