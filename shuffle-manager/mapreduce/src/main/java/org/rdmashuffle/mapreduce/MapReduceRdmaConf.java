@@ -51,7 +51,7 @@ public final class MapReduceRdmaConf {
      * only.
      */
     public static final String MAX_TABLE_BYTES = PREFIX + "maxTableBytes";
-    public static final long DEFAULT_MAX_TABLE_BYTES = 64L << 20;
+    public static final long DEFAULT_MAX_TABLE_BYTES = 16L << 20;
     /** Where a NodeManager keeps map outputs: {@code yarn.nodemanager.local-dirs}. */
     static final String NM_LOCAL_DIRS = "yarn.nodemanager.local-dirs";
 
@@ -164,7 +164,7 @@ public final class MapReduceRdmaConf {
         try {
             bytes = hadoop.getLongBytes(MAX_TABLE_BYTES, DEFAULT_MAX_TABLE_BYTES);
         } catch (RuntimeException e) {
-            throw new ConfigException(List.of(MAX_TABLE_BYTES + "='" + raw + "': not a size (bytes, or 512k, 64m, 1g)"));
+            throw new ConfigException(List.of(MAX_TABLE_BYTES + "='" + raw + "': not a size (bytes, or 512k, 16m, 1g)"));
         }
         if (bytes < 32) {
             throw new ConfigException(List.of(MAX_TABLE_BYTES + "=" + raw + ": a size of 32 bytes (one map) or more"));

@@ -273,6 +273,11 @@ final class ShuffleServer implements AutoCloseable {
         }
     }
 
+    /** REGISTERs waiting for a register worker now (tests). */
+    int registersWaiting() {
+        return registers.waiting();
+    }
+
     /** REGISTERs answered {@link RegisterProtocol#BUSY} since the server started. */
     long busyReplies() {
         return busyReplies.get();
