@@ -124,7 +124,12 @@ final class IndexCache {
 
     /** Opens and reads {@code at}'s index of {@code partitions} records (one disk read, counted) without caching it. */
     SpillRecord read(Located at, int partitions) throws IOException {
-        try (LocalDirs.OpenedFiles f = LocalDirs.openPlainFiles(at.dir(), at.below(), INDEX)) {
+        return read(at, partitions, LocalDirs.Rules.ANY);
+    }
+
+    /** {@link #read(Located, int)}, the index file opened under {@code rules} (its owner, how it is opened). */
+    SpillRecord read(Located at, int partitions, LocalDirs.Rules rules) throws IOException {
+        try (LocalDirs.OpenedFiles f = LocalDirs.openPlainFiles(at.dir(), at.below(), rules, INDEX)) {
             return read(f.get(0), at.index().toString(), partitions);
         }
     }
@@ -189,13 +194,18 @@ final class IndexCache {
      * @throws IOException when it cannot be read again or no longer has {@code partitions} records
      */
     SpillRecord get(Key key, Located at, int partitions) throws IOException {
+        return get(key, at, partitions, LocalDirs.Rules.ANY);
+    }
+
+    /** {@link #get(Key, Located, int)}, an index file read again opened under {@code rules}. */
+    SpillRecord get(Key key, Located at, int partitions, LocalDirs.Rules rules) throws IOException {
         synchronized (this) {
             SpillRecord s = indexes.get(key);
             if (s != null) {
                 return s;
             }
         }
-        SpillRecord s = read(at, partitions);
+        SpillRecord s = read(at, partitions, rules);
         put(key, s);
         return s;
     }

@@ -10,7 +10,8 @@ import java.nio.file.LinkOption;
 import java.nio.file.OpenOption;
 import java.nio.file.SecureDirectoryStream;
 import java.nio.file.StandardOpenOption;
-import java.nio.file.attribute.BasicFileAttributeView;
+import java.nio.file.attribute.PosixFileAttributeView;
+import java.nio.file.attribute.PosixFileAttributes;
 import java.nio.file.attribute.BasicFileAttributes;
 import java.util.ArrayList;
 import java.util.List;
@@ -169,19 +170,39 @@ final class LocalDirs {
     }
 
     /**
+     * What {@link #openPlainFiles} requires of the files besides being plain: their owner ({@code null}: any; Hadoop
+     * requires the job's user when security is on), and how they are opened ({@link OutputFileOpener}).
+     */
+    record Rules(String owner, OutputFileOpener opener) {
+        /** Any owner, opened on the calling thread. */
+        static final Rules ANY = new Rules(null, OutputFileOpener.DIRECT);
+    }
+
+    /** A file {@link #openPlainFiles} refused because it is not owned by the user it must be (security is on). */
+    static final class WrongOwner extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        WrongOwner(String message) {
+            super(message);
+        }
+    }
+
+    /**
      * Opens the plain files {@code names} (for reading) in {@code dir}, which is {@code relative} below a local
      * dir. The local dir is opened by its path (it may be a link, an administrator's choice); then every component
      * of {@code relative} is opened as a directory relative to the one before with no link followed, and each file
-     * relative to the last one, not following a link either, and checked to be a plain file through that directory
-     * before and after it is opened (the same file, its length the opened one's). So what the caller reads or maps
-     * is a plain file reached from the local dir through directories only, whatever is swapped in those directories
-     * meanwhile. (A FIFO swapped in between the check and the open holds the opening thread until a writer opens
-     * it; Java cannot open without blocking.)
+     * relative to the last one, not following a link either, and checked to be a plain file (owned by
+     * {@code rules.owner()} when that is set) through that directory before and after it is opened (the same file,
+     * its length the opened one's). So what the caller reads or maps is a plain file reached from the local dir
+     * through directories only, whatever is swapped in those directories meanwhile. A FIFO swapped in between the
+     * check and the open would hold the opening thread until a writer opens it (Java opens blocking): the
+     * {@link OutputFileOpener} bounds that.
      *
      * @throws NoSecureOpen when this JVM cannot open files relative to a directory (not Linux)
+     * @throws WrongOwner when a file's owner is not {@code rules.owner()}
      * @throws IOException when a component is a link or not a directory, or a file is not a plain file
      */
-    static OpenedFiles openPlainFiles(File dir, String relative, String... names) throws IOException {
+    static OpenedFiles openPlainFiles(File dir, String relative, Rules rules, String... names) throws IOException {
         java.nio.file.Path path = dir.toPath();
         java.nio.file.Path rel = java.nio.file.Paths.get(relative).normalize();
         if (rel.isAbsolute() || rel.startsWith("..") || !path.endsWith(rel)) {
@@ -207,7 +228,7 @@ final class LocalDirs {
             FileChannel[] channels = new FileChannel[names.length];
             for (int i = 0; i < names.length; i++) {
                 try {
-                    channels[i] = openPlainFile(below, names[i], new File(dir, names[i]).toString());
+                    channels[i] = openPlainFile(below, names[i], new File(dir, names[i]).toString(), rules);
                 } catch (IOException | RuntimeException e) {
                     closeAll(channels, i, e);
                     throw e;
@@ -219,27 +240,37 @@ final class LocalDirs {
         }
     }
 
-    private static final Set<OpenOption> READ_NO_LINK = Set.of(StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS);
+    /** {@link #openPlainFiles} with any owner, opened on the calling thread. */
+    static OpenedFiles openPlainFiles(File dir, String relative, String... names) throws IOException {
+        return openPlainFiles(dir, relative, Rules.ANY, names);
+    }
 
-    private static FileChannel openPlainFile(SecureDirectoryStream<java.nio.file.Path> dir, String name, String shown)
-            throws IOException {
+    static final Set<OpenOption> READ_NO_LINK = Set.of(StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS);
+
+    private static FileChannel openPlainFile(SecureDirectoryStream<java.nio.file.Path> dir, String name, String shown,
+                                             Rules rules) throws IOException {
         java.nio.file.Path file = java.nio.file.Paths.get(name);
-        BasicFileAttributeView view = dir.getFileAttributeView(file, BasicFileAttributeView.class,
+        PosixFileAttributeView view = dir.getFileAttributeView(file, PosixFileAttributeView.class,
                 LinkOption.NOFOLLOW_LINKS);
-        BasicFileAttributes before = view.readAttributes();
+        if (view == null) {
+            throw new NoSecureOpen("this JVM cannot read a file's owner through a directory it opened");
+        }
+        PosixFileAttributes before = view.readAttributes();
         if (!before.isRegularFile()) { // a link, a pipe (whose open would block), a device, a directory
             throw new IOException(shown + " is not a plain file");
         }
-        SeekableByteChannel opened = dir.newByteChannel(file, READ_NO_LINK); // a link now: refused (ELOOP)
+        checkOwner(before, rules.owner(), shown);
+        SeekableByteChannel opened = rules.opener().open(dir, file, shown); // a link now: refused (ELOOP)
         try {
             if (!(opened instanceof FileChannel channel)) {
                 throw new IOException(shown + " cannot be mapped (no FileChannel)");
             }
-            BasicFileAttributes after = view.readAttributes();
+            PosixFileAttributes after = view.readAttributes();
             if (!after.isRegularFile() || !Objects.equals(before.fileKey(), after.fileKey())
                     || channel.size() != after.size()) {
                 throw new IOException(shown + " was replaced while it was opened");
             }
+            checkOwner(after, rules.owner(), shown);
             return channel;
         } catch (IOException | RuntimeException e) {
             try {
@@ -248,6 +279,12 @@ final class LocalDirs {
                 e.addSuppressed(suppressed);
             }
             throw e;
+        }
+    }
+
+    private static void checkOwner(PosixFileAttributes a, String owner, String shown) throws WrongOwner {
+        if (owner != null && !owner.equals(a.owner().getName())) {
+            throw new WrongOwner(shown + " is owned by " + a.owner().getName() + ", not by the job's user " + owner);
         }
     }
 

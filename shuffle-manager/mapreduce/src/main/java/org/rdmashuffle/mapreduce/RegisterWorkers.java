@@ -1,14 +1,21 @@
 package org.rdmashuffle.mapreduce;
 
+import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executor;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.BiFunction;
+import org.rdmashuffle.transport.ControlHandler;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -41,6 +48,7 @@ final class RegisterWorkers implements AutoCloseable {
     private final Map<Object, Turn> turns = new HashMap<>();
     private int waiting;
     private boolean closed;
+    private final AtomicLong busyReplies = new AtomicLong();
 
     RegisterWorkers(int threads, int maxWaiting, int maxWaitingPerJob, String name) {
         this.maxWaiting = maxWaiting;
@@ -82,6 +90,99 @@ final class RegisterWorkers implements AutoCloseable {
             }
             return null;
         }
+    }
+
+    /**
+     * The service's control handler: a REGISTER from a connection authenticated for a job ({@code register}
+     * answers it) is handed to a worker (on the node's transport thread: only this hand-over), or answered
+     * {@link RegisterProtocol#BUSY} at once when too many wait ({@link #submit}); a connection without a job is refused.
+     */
+    ControlHandler handler(BiFunction<String, ByteBuffer, ByteBuffer> register) {
+        return new ControlHandler() {
+            @Override
+            public ByteBuffer onMessage(ByteBuffer request) {
+                return RegisterProtocol.encodeRefusal(RegisterProtocol.BAD_REQUEST, "connections must name their job");
+            }
+
+            @Override
+            public ByteBuffer onMessage(String realm, ByteBuffer request) {
+                return register.apply(realm, request);
+            }
+
+            @Override
+            public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
+                if (realm == null) {
+                    return ControlHandler.super.onMessageAsync(null, request);
+                }
+                RegisterTask task = new RegisterTask(realm, request, register);
+                String full = submit(realm, task);
+                if (full != null) {
+                    long n = busyReplies.incrementAndGet();
+                    if (n == 1 || n % 1000 == 0) { // counted, not logged per refusal
+                        LOG.warn("rdma-shuffle: {} REGISTER(s) answered busy so far, the last of job {}: {} (a slow"
+                                + " disk?); their reducers fetch those maps over HTTP this time", n, realm, full);
+                    }
+                    task.refuse(full);
+                }
+                return task.reply;
+            }
+        };
+    }
+
+    /** One REGISTER for a register worker; its request buffer stays valid until its reply completes. */
+    private static final class RegisterTask implements Work {
+        final String realm;
+        final ByteBuffer request;
+        final BiFunction<String, ByteBuffer, ByteBuffer> register;
+        final CompletableFuture<ByteBuffer> reply = new CompletableFuture<>();
+
+        RegisterTask(String realm, ByteBuffer request, BiFunction<String, ByteBuffer, ByteBuffer> register) {
+            this.realm = realm;
+            this.request = request;
+            this.register = register;
+        }
+
+        @Override
+        public void run() {
+            try {
+                reply.complete(register.apply(realm, request));
+            } catch (Throwable t) { // the reducer hears HANDLER_FAILED; the worker goes on
+                LOG.warn("rdma-shuffle: a REGISTER of job {} failed: {}", realm, t.toString(), t);
+                reply.completeExceptionally(t);
+            }
+        }
+
+        @Override
+        public void refuse(String reason) {
+            reply.complete(RegisterProtocol.encodeRefusal(RegisterProtocol.BUSY, reason));
+        }
+    }
+
+    /** REGISTERs answered {@link RegisterProtocol#BUSY} so far. */
+    long busyReplies() {
+        return busyReplies.get();
+    }
+
+    /**
+     * The workers as an executor, each task given as a job of its own (tests fill them to see what a REGISTER gets
+     * meanwhile); a task past the waiting limit is refused with {@link RejectedExecutionException}.
+     */
+    Executor asExecutor() {
+        return work -> {
+            String full = submit(new Object(), new Work() {
+                @Override
+                public void run() {
+                    work.run();
+                }
+
+                @Override
+                public void refuse(String reason) {
+                }
+            });
+            if (full != null) {
+                throw new RejectedExecutionException(full);
+            }
+        };
     }
 
     /** REGISTERs waiting for a worker now (tests). */

@@ -5,7 +5,6 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.HashMap;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.mapred.IndexRecord;
 import org.apache.hadoop.mapred.SpillRecord;
@@ -38,8 +37,10 @@ import org.slf4j.LoggerFactory;
  * {@link RegisterProtocol#BUSY} and fetches that batch over HTTP this time), never on the node's transport thread: a
  * REGISTER reads index files, and a slow disk must not delay the READs of every job, nor one job's disk the
  * REGISTERs of the others; its connection waits for the reply meanwhile, every other is served. A REGISTER reads
- * its files without its job's lock and takes it to publish and record. Secret lookups on the transport thread
- * answer from memory (the job tokens YARN handed the service).
+ * its files without its job's lock and takes it to publish and record. A REGISTER's map output files are opened on
+ * opener threads ({@link OutputFileOpener}), the register worker waiting {@value #OPEN_BOUND_MS} ms at most (a FIFO a
+ * task swaps in would never open). Secret lookups on the transport thread answer from memory (the job tokens YARN
+ * handed the service).
  */
 final class ShuffleServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleServer.class);
@@ -71,7 +72,6 @@ final class ShuffleServer implements AutoCloseable {
      * is gone after.
      */
     private final RegisterWorkers registers;
-    private final java.util.concurrent.atomic.AtomicLong busyReplies = new java.util.concurrent.atomic.AtomicLong();
     /** Guards creating output tables within {@link #maxTableBytes}. */
     private final Object tableBudget = new Object();
     /** Bytes of every job's output table together at most ({@link MapReduceRdmaConf#MAX_TABLE_BYTES}). */
@@ -81,6 +81,40 @@ final class ShuffleServer implements AutoCloseable {
 
     /** What happens between the steps of registering an output's files (tests plant links there). */
     private volatile FileSteps fileSteps = FileSteps.NONE;
+    /**
+     * Whether map output files must be owned by their job's user to be served (security is on: Hadoop's
+     * {@code ShuffleHandler} opens them with {@code SecureIOUtils} then).
+     */
+    private final boolean ownerChecked;
+    /** How long a register worker waits for a map output file to open (a FIFO swapped in never opens). */
+    static final long OPEN_BOUND_MS = 5000;
+    /** Opens map output files within {@link #OPEN_BOUND_MS}. */
+    private final OutputFileOpener opener;
+    /** Files refused for their owner (WARNed at most once a minute), and when that WARN was last logged. */
+    private final java.util.concurrent.atomic.AtomicLong wrongOwners = new java.util.concurrent.atomic.AtomicLong();
+    private final java.util.concurrent.atomic.AtomicLong wrongOwnerWarnedNanos =
+            new java.util.concurrent.atomic.AtomicLong(System.nanoTime() - 120_000_000_000L);
+
+    /**
+     * Whether Hadoop security is on for the service: {@code UserGroupInformation.isSecurityEnabled()} (as the
+     * NodeManager set it up), or {@code hadoop.security.authentication} other than {@code simple} in the service's
+     * configuration.
+     */
+    static boolean securityEnabled(Configuration conf) {
+        return org.apache.hadoop.security.UserGroupInformation.isSecurityEnabled()
+                || !"simple".equalsIgnoreCase(conf.getTrimmed("hadoop.security.authentication", "simple"));
+    }
+
+    /** Whether map output files are served only when owned by their job's user (security is on). */
+    boolean ownerChecked() {
+        return ownerChecked;
+    }
+
+    /** The opener of map output files (tests look at its threads). */
+    OutputFileOpener opener() {
+        return opener;
+    }
+
     /** Whether the WARN that this JVM cannot open map outputs safely (so serves none) was logged. */
     private final java.util.concurrent.atomic.AtomicBoolean warnedNoSecureOpen =
             new java.util.concurrent.atomic.AtomicBoolean();
@@ -99,6 +133,10 @@ final class ShuffleServer implements AutoCloseable {
         /** The index was read; the data file is not mapped yet. */
         default void indexRead(File index, File data) {
         }
+
+        /** A file ({@code shown}: its path) was checked to be a plain file (and its owner); it is not opened yet. */
+        default void checked(String shown) {
+        }
     }
 
     /** Tests: what runs between the steps of registering an output's files. */
@@ -109,6 +147,8 @@ final class ShuffleServer implements AutoCloseable {
     private ShuffleServer(int port, Configuration conf, RdmaShuffleConf rdma, String bindHost, String advertisedHost)
             throws IOException {
         this.port = port;
+        this.ownerChecked = securityEnabled(conf);
+        this.opener = new OutputFileOpener(OPEN_BOUND_MS, shown -> fileSteps.checked(shown), Integer.toString(port));
         this.jobs = new ServedJobs();
         this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf));
         this.maxTableBytes = MapReduceRdmaConf.maxTableBytes(conf);
@@ -117,10 +157,11 @@ final class ShuffleServer implements AutoCloseable {
         this.registers = new RegisterWorkers(REGISTER_THREADS, REGISTER_QUEUE, REGISTER_QUEUE_PER_JOB,
                 "rdma-shuffle-register-" + port);
         try {
-            this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoPeerDirectory(),
+            this.server = new MapOutputServer(rdma, options, s -> registers.handler(this::register), new NoPeerDirectory(),
                     "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf, true); // tables count as registered
         } catch (IOException | RuntimeException | Error e) {
             registers.close();
+            opener.close();
             throw e;
         }
         this.deregistrations = java.util.concurrent.Executors.newSingleThreadExecutor(r -> {
@@ -205,74 +246,6 @@ final class ShuffleServer implements AutoCloseable {
         tableRefused.remove(job.shuffleId);
     }
 
-    private ControlHandler registerHandler() {
-        return new ControlHandler() {
-            @Override
-            public ByteBuffer onMessage(ByteBuffer request) {
-                return RegisterProtocol.encodeRefusal(RegisterProtocol.BAD_REQUEST, "connections must name their job");
-            }
-
-            @Override
-            public ByteBuffer onMessage(String realm, ByteBuffer request) {
-                return register(realm, request);
-            }
-
-            @Override
-            public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
-                if (realm == null) {
-                    return ControlHandler.super.onMessageAsync(null, request);
-                }
-                return registerLater(realm, request);
-            }
-        };
-    }
-
-    /**
-     * A REGISTER's reply from a register worker (on the node's transport thread: only this hand-over), or at once
-     * {@link RegisterProtocol#BUSY} when {@value #REGISTER_QUEUE} wait already, or {@value #REGISTER_QUEUE_PER_JOB}
-     * of its job.
-     */
-    private CompletableFuture<ByteBuffer> registerLater(String realm, ByteBuffer request) {
-        RegisterTask task = new RegisterTask(realm, request);
-        String full = registers.submit(realm, task);
-        if (full != null) {
-            long n = busyReplies.incrementAndGet();
-            if (n == 1 || n % 1000 == 0) { // counted, not logged per refusal
-                LOG.warn("rdma-shuffle: {} REGISTER(s) answered busy so far, the last of job {}: {} (a slow disk?);"
-                        + " their reducers fetch those maps over HTTP this time", n, realm, full);
-            }
-            task.refuse(full);
-        }
-        return task.reply;
-    }
-
-    /** One REGISTER for a register worker; its request buffer stays valid until its reply completes. */
-    private final class RegisterTask implements RegisterWorkers.Work {
-        final String realm;
-        final ByteBuffer request;
-        final CompletableFuture<ByteBuffer> reply = new CompletableFuture<>();
-
-        RegisterTask(String realm, ByteBuffer request) {
-            this.realm = realm;
-            this.request = request;
-        }
-
-        @Override
-        public void run() {
-            try {
-                reply.complete(register(realm, request));
-            } catch (Throwable t) { // the reducer hears HANDLER_FAILED; the worker goes on
-                LOG.warn("rdma-shuffle: a REGISTER of job {} failed: {}", realm, t.toString(), t);
-                reply.completeExceptionally(t);
-            }
-        }
-
-        @Override
-        public void refuse(String reason) {
-            reply.complete(RegisterProtocol.encodeRefusal(RegisterProtocol.BUSY, reason));
-        }
-    }
-
     /** REGISTERs waiting for a register worker now (tests). */
     int registersWaiting() {
         return registers.waiting();
@@ -280,29 +253,12 @@ final class ShuffleServer implements AutoCloseable {
 
     /** REGISTERs answered {@link RegisterProtocol#BUSY} since the server started. */
     long busyReplies() {
-        return busyReplies.get();
+        return registers.busyReplies();
     }
 
-    /**
-     * The register workers, each task given as a job of its own (tests fill them to see what a REGISTER gets
-     * meanwhile); a task past the waiting limit is refused with {@link java.util.concurrent.RejectedExecutionException}.
-     */
+    /** The register workers, each task given as a job of its own (tests fill them: {@link RegisterWorkers#asExecutor}). */
     java.util.concurrent.Executor registerWorkers() {
-        return work -> {
-            String full = registers.submit(new Object(), new RegisterWorkers.Work() {
-                @Override
-                public void run() {
-                    work.run();
-                }
-
-                @Override
-                public void refuse(String reason) {
-                }
-            });
-            if (full != null) {
-                throw new java.util.concurrent.RejectedExecutionException(full);
-            }
-        };
+        return registers.asExecutor();
     }
 
     /** Answers a REGISTER from a connection authenticated for {@code realm}. */
@@ -418,11 +374,18 @@ final class ShuffleServer implements AutoCloseable {
             // else is read into memory or mapped.
             LocalDirs.OpenedFiles opened;
             try {
-                opened = LocalDirs.openPlainFiles(files.dir(), files.below(), IndexCache.INDEX, IndexCache.DATA);
+                opened = LocalDirs.openPlainFiles(files.dir(), files.below(), rules(job), IndexCache.INDEX,
+                        IndexCache.DATA);
             } catch (LocalDirs.NoSecureOpen e) {
                 if (warnedNoSecureOpen.compareAndSet(false, true)) {
                     LOG.warn("rdma-shuffle: map outputs are served over HTTP only: {}", e.getMessage());
                 }
+                return MapState.HTTP;
+            } catch (LocalDirs.WrongOwner e) {
+                warnWrongOwner(attempt, e);
+                return MapState.GONE;
+            } catch (OutputFileOpener.NotOpenedInTime e) { // a slow disk must not get the map rerun
+                LOG.warn("rdma-shuffle: the output of {} goes over HTTP: {}", attempt, e.getMessage());
                 return MapState.HTTP;
             } catch (IOException e) {
                 LOG.warn("rdma-shuffle: the output of {} is not served: {}", attempt, e.toString());
@@ -444,7 +407,13 @@ final class ShuffleServer implements AutoCloseable {
         SpillRecord spill;
         try {
             spill = indexes.get(key, IndexCache.Located.of(reg.index(), IndexCache.attemptDir(job, attempt)),
-                    r.numReduces());
+                    r.numReduces(), rules(job));
+        } catch (LocalDirs.WrongOwner e) {
+            warnWrongOwner(attempt, e);
+            return MapState.GONE;
+        } catch (OutputFileOpener.NotOpenedInTime e) {
+            LOG.warn("rdma-shuffle: the output of {} goes over HTTP: {}", attempt, e.getMessage());
+            return MapState.HTTP;
         } catch (IOException e) { // dropped from memory, and its file is gone or changed since it was registered
             LOG.warn("rdma-shuffle: cannot read the index of map {} attempt {} of job {} again: {}", m.mapIndex(),
                     m.attempt(), job.realm(), e.toString());
@@ -455,6 +424,27 @@ final class ShuffleServer implements AutoCloseable {
         }
         IndexRecord rec = spill.getIndex(r.reduce());
         return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
+    }
+
+    /** How {@code job}'s output files are opened: owned by its user when security is on, within the bound. */
+    private LocalDirs.Rules rules(ServedJobs.Job job) {
+        return new LocalDirs.Rules(ownerChecked ? job.user : null, opener);
+    }
+
+    /** One WARN a minute at most for outputs refused for their owner, with how many were since the last. */
+    private void warnWrongOwner(TaskAttemptID attempt, LocalDirs.WrongOwner e) {
+        long n = wrongOwners.incrementAndGet();
+        long last = wrongOwnerWarnedNanos.get();
+        long now = System.nanoTime();
+        if (now - last >= 60_000_000_000L && wrongOwnerWarnedNanos.compareAndSet(last, now)) {
+            LOG.warn("rdma-shuffle: the output of {} is not served (security is on): {} ({} output(s) refused for"
+                    + " their owner so far; logged once a minute at most)", attempt, e.getMessage(), n);
+        }
+    }
+
+    /** Outputs refused because a file was not owned by the job's user (security on). */
+    long wrongOwners() {
+        return wrongOwners.get();
     }
 
     /** Reads the opened index, publishes the opened data file with its offsets, and says what the reducer finds. */
@@ -569,6 +559,7 @@ final class ShuffleServer implements AutoCloseable {
         } finally {
             deregistrations.shutdownNow();
             registers.close();
+            opener.close();
         }
     }
 }
