@@ -85,6 +85,17 @@ class RegisterTableBoundTest {
     }
 
     @Test
+    void shouldRefuseAMaxTableBytesOfLessThanOneMapWhenConfigured() {
+        Configuration c = new Configuration(false);
+        c.set(MapReduceRdmaConf.MAX_TABLE_BYTES, "16");
+        org.rdmashuffle.conf.ConfigException e = org.junit.jupiter.api.Assertions.assertThrows(
+                org.rdmashuffle.conf.ConfigException.class, () -> MapReduceRdmaConf.from(c));
+        assertTrue(e.getMessage().contains(MapReduceRdmaConf.MAX_TABLE_BYTES + "=16"), e.getMessage());
+        c.set(MapReduceRdmaConf.MAX_TABLE_BYTES, "1m");
+        assertEquals(1L << 20, MapReduceRdmaConf.maxTableBytes(c));
+    }
+
+    @Test
     void shouldChargeOutputTablesToMaxRegisteredOutputBytesWhenItIsSet() throws Exception {
         start(MapReduceRdmaConf.PREFIX + "maxRegisteredOutputBytes", "1m");
         RegisterProtocol.Reply r = register(1, 1 << 16); // 2 MiB of table
