@@ -43,6 +43,15 @@ public final class MapReduceRdmaConf {
      */
     public static final String INDEX_CACHE_MAX_BYTES = PREFIX + "indexCache.maxBytes";
     public static final long DEFAULT_INDEX_CACHE_MAX_BYTES = 10L << 20;
+    /**
+     * Bytes of output tables the NodeManager's service holds for every running job together: a job's table takes 32
+     * bytes of direct memory per map (the map count its reducers claim), from its first REGISTER until it stops. A
+     * job whose table would pass it is served over HTTP on that NodeManager. Tables also count against
+     * {@code mapreduce.shuffle.rdma.maxRegisteredOutputBytes} when that is set. A size, at least 32 bytes. MapReduce
+     * only.
+     */
+    public static final String MAX_TABLE_BYTES = PREFIX + "maxTableBytes";
+    public static final long DEFAULT_MAX_TABLE_BYTES = 16L << 20;
     /** Where a NodeManager keeps map outputs: {@code yarn.nodemanager.local-dirs}. */
     static final String NM_LOCAL_DIRS = "yarn.nodemanager.local-dirs";
 
@@ -58,13 +67,15 @@ public final class MapReduceRdmaConf {
     public static RdmaShuffleConf from(Configuration hadoop) {
         Map<String, String> settings = new HashMap<>();
         for (Map.Entry<String, String> e : hadoop.getPropsWithPrefix(PREFIX).entrySet()) {
-            if (e.getKey().equals("bindHost") || e.getKey().equals("indexCache.maxBytes")) {
+            if (e.getKey().equals("bindHost") || e.getKey().equals("indexCache.maxBytes")
+                    || e.getKey().equals("maxTableBytes")) {
                 continue; // this adapter's own keys
             }
             settings.put(RdmaShuffleConf.PREFIX + e.getKey(), e.getValue());
         }
         settings.put(RdmaShuffleConf.PORT.name(), Integer.toString(port(hadoop)));
         indexCacheMaxBytes(hadoop);
+        maxTableBytes(hadoop);
         String retries = settings.get(RdmaShuffleConf.PORT_MAX_RETRIES.name());
         if (retries != null && !retries.trim().equals("0")) {
             throw new ConfigException(List.of(PREFIX + "port.maxRetries=" + retries
@@ -137,6 +148,24 @@ public final class MapReduceRdmaConf {
         }
         if (bytes < 0) {
             throw new ConfigException(List.of(INDEX_CACHE_MAX_BYTES + "=" + raw + ": a size of 0 or more bytes"));
+        }
+        return bytes;
+    }
+
+    /** {@value #MAX_TABLE_BYTES}, checked: a size of 32 bytes (one map's slot) or more. */
+    public static long maxTableBytes(Configuration hadoop) {
+        String raw = hadoop.getTrimmed(MAX_TABLE_BYTES, "");
+        if (raw.isEmpty()) {
+            return DEFAULT_MAX_TABLE_BYTES;
+        }
+        long bytes;
+        try {
+            bytes = hadoop.getLongBytes(MAX_TABLE_BYTES, DEFAULT_MAX_TABLE_BYTES);
+        } catch (RuntimeException e) {
+            throw new ConfigException(List.of(MAX_TABLE_BYTES + "='" + raw + "': not a size (bytes, or 512k, 16m, 1g)"));
+        }
+        if (bytes < 32) {
+            throw new ConfigException(List.of(MAX_TABLE_BYTES + "=" + raw + ": a size of 32 bytes (one map) or more"));
         }
         return bytes;
     }

@@ -5,7 +5,6 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.HashMap;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.mapred.IndexRecord;
 import org.apache.hadoop.mapred.SpillRecord;
@@ -32,13 +31,16 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Threads: {@link #acquire}/{@link #release} on NodeManager service threads; container and application
  * events on the NodeManager's dispatcher (never waiting for a job's lock, nor deregistering a stopped job's
- * outputs: its own thread does, {@link #dropJob}); REGISTER on the register workers ({@value #REGISTER_THREADS}
- * threads, at most {@value #REGISTER_QUEUE} waiting; past that a reducer is answered {@link RegisterProtocol#BUSY}
- * and fetches that batch over HTTP this time), never on the node's transport thread: a REGISTER reads index files,
- * and a slow disk must not delay the READs of every job; its connection waits for the reply meanwhile, every other
- * is served. A REGISTER's map output files are opened on opener threads ({@link OutputFileOpener}), the register
- * worker waiting {@value #OPEN_BOUND_MS} ms at most (a FIFO a task swaps in would never open). Secret lookups on the
- * transport thread answer from memory (the job tokens YARN handed the service).
+ * outputs: its own thread does, {@link #dropJob}); REGISTER on the register workers ({@link RegisterWorkers}:
+ * {@value #REGISTER_THREADS} threads, a job on one of them at most, round-robin across jobs; at most
+ * {@value #REGISTER_QUEUE} waiting, {@value #REGISTER_QUEUE_PER_JOB} of one job; past that a reducer is answered
+ * {@link RegisterProtocol#BUSY} and fetches that batch over HTTP this time), never on the node's transport thread: a
+ * REGISTER reads index files, and a slow disk must not delay the READs of every job, nor one job's disk the
+ * REGISTERs of the others; its connection waits for the reply meanwhile, every other is served. A REGISTER reads
+ * its files without its job's lock and takes it to publish and record. A REGISTER's map output files are opened on
+ * opener threads ({@link OutputFileOpener}), the register worker waiting {@value #OPEN_BOUND_MS} ms at most (a FIFO a
+ * task swaps in would never open). Secret lookups on the transport thread answer from memory (the job tokens YARN
+ * handed the service).
  */
 final class ShuffleServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleServer.class);
@@ -58,16 +60,24 @@ final class ShuffleServer implements AutoCloseable {
     /** Runs work on {@link #deregistrations}, a failure of it logged once (WARN) rather than left to the thread. */
     private final java.util.concurrent.Executor jobStops;
     private int holders;
-    /** REGISTERs running at once at most. */
+    /** REGISTERs running at once at most (of different jobs: a job runs on one worker at most). */
     static final int REGISTER_THREADS = 2;
     /** REGISTERs waiting for a register worker at most; one more is answered {@link RegisterProtocol#BUSY}. */
     static final int REGISTER_QUEUE = 64;
+    /** REGISTERs of one job waiting at most; one more of that job is answered {@link RegisterProtocol#BUSY}. */
+    static final int REGISTER_QUEUE_PER_JOB = 16;
     /**
-     * Runs REGISTERs (index reads, mapping data files) off the node's transport thread. Started before the node (a
-     * REGISTER may come as soon as it listens); stops taking REGISTERs before the node closes and is gone after.
+     * Runs REGISTERs (index reads, mapping data files) off the node's transport thread, fairly across jobs. Started
+     * before the node (a REGISTER may come as soon as it listens); stops taking REGISTERs before the node closes and
+     * is gone after.
      */
-    private final java.util.concurrent.ThreadPoolExecutor registers;
-    private final java.util.concurrent.atomic.AtomicLong busyReplies = new java.util.concurrent.atomic.AtomicLong();
+    private final RegisterWorkers registers;
+    /** Guards creating output tables within {@link #maxTableBytes}. */
+    private final Object tableBudget = new Object();
+    /** Bytes of every job's output table together at most ({@link MapReduceRdmaConf#MAX_TABLE_BYTES}). */
+    private final long maxTableBytes;
+    /** Jobs whose output table was refused here (WARNed once each); forgotten when the job stops. */
+    private final java.util.Set<Integer> tableRefused = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     /** What happens between the steps of registering an output's files (tests plant links there). */
     private volatile FileSteps fileSteps = FileSteps.NONE;
@@ -141,14 +151,16 @@ final class ShuffleServer implements AutoCloseable {
         this.opener = new OutputFileOpener(OPEN_BOUND_MS, shown -> fileSteps.checked(shown), Integer.toString(port));
         this.jobs = new ServedJobs();
         this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf));
+        this.maxTableBytes = MapReduceRdmaConf.maxTableBytes(conf);
         NodeOptions options = new NodeOptions(bindHost, advertisedHost, ControlHandler.NONE, null)
                 .withSecrets(jobs::secretOf);
-        this.registers = registerWorkers(port);
+        this.registers = new RegisterWorkers(REGISTER_THREADS, REGISTER_QUEUE, REGISTER_QUEUE_PER_JOB,
+                "rdma-shuffle-register-" + port);
         try {
-            this.server = new MapOutputServer(rdma, options, s -> registerHandler(), new NoPeerDirectory(),
-                    "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf);
+            this.server = new MapOutputServer(rdma, options, s -> registers.handler(this::register), new NoPeerDirectory(),
+                    "nodemanager-" + advertisedHost + ":" + port, jobs::realmOf, true); // tables count as registered
         } catch (IOException | RuntimeException | Error e) {
-            registers.shutdownNow();
+            registers.close();
             opener.close();
             throw e;
         }
@@ -231,92 +243,22 @@ final class ShuffleServer implements AutoCloseable {
         job.stopped = true;
         indexes.dropJob(job.shuffleId);
         server.unregisterShuffle(job.shuffleId, jobStops);
+        tableRefused.remove(job.shuffleId);
     }
 
-    private static java.util.concurrent.ThreadPoolExecutor registerWorkers(int port) {
-        java.util.concurrent.atomic.AtomicInteger n = new java.util.concurrent.atomic.AtomicInteger();
-        return new java.util.concurrent.ThreadPoolExecutor(REGISTER_THREADS, REGISTER_THREADS, 0,
-                java.util.concurrent.TimeUnit.MILLISECONDS, new java.util.concurrent.ArrayBlockingQueue<>(REGISTER_QUEUE),
-                r -> {
-                    Thread t = new Thread(r, "rdma-shuffle-register-" + port + "-" + n.incrementAndGet());
-                    t.setDaemon(true);
-                    return t;
-                }, new java.util.concurrent.ThreadPoolExecutor.AbortPolicy());
-    }
-
-    private ControlHandler registerHandler() {
-        return new ControlHandler() {
-            @Override
-            public ByteBuffer onMessage(ByteBuffer request) {
-                return RegisterProtocol.encodeRefusal(RegisterProtocol.BAD_REQUEST, "connections must name their job");
-            }
-
-            @Override
-            public ByteBuffer onMessage(String realm, ByteBuffer request) {
-                return register(realm, request);
-            }
-
-            @Override
-            public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
-                if (realm == null) {
-                    return ControlHandler.super.onMessageAsync(null, request);
-                }
-                return registerLater(realm, request);
-            }
-        };
-    }
-
-    /**
-     * A REGISTER's reply from a register worker (on the node's transport thread: only this hand-over), or at once
-     * {@link RegisterProtocol#BUSY} when every worker is taken and {@value #REGISTER_QUEUE} wait already.
-     */
-    private CompletableFuture<ByteBuffer> registerLater(String realm, ByteBuffer request) {
-        RegisterTask task = new RegisterTask(realm, request);
-        try {
-            registers.execute(task);
-        } catch (java.util.concurrent.RejectedExecutionException full) {
-            long n = busyReplies.incrementAndGet();
-            if (n == 1 || n % 1000 == 0) { // counted, not logged per refusal
-                LOG.warn("rdma-shuffle: {} REGISTER(s) answered busy so far: {} are waiting for the {} register "
-                        + "workers (a slow disk?); their reducers fetch those maps over HTTP this time", n,
-                        REGISTER_QUEUE, REGISTER_THREADS);
-            }
-            task.reply.complete(RegisterProtocol.encodeRefusal(RegisterProtocol.BUSY, registers.isShutdown()
-                    ? "the service is stopping" : REGISTER_QUEUE + " REGISTERs are waiting already"));
-        }
-        return task.reply;
-    }
-
-    /** One REGISTER for a register worker; its request buffer stays valid until its reply completes. */
-    private final class RegisterTask implements Runnable {
-        final String realm;
-        final ByteBuffer request;
-        final CompletableFuture<ByteBuffer> reply = new CompletableFuture<>();
-
-        RegisterTask(String realm, ByteBuffer request) {
-            this.realm = realm;
-            this.request = request;
-        }
-
-        @Override
-        public void run() {
-            try {
-                reply.complete(register(realm, request));
-            } catch (Throwable t) { // the reducer hears HANDLER_FAILED; the worker goes on
-                LOG.warn("rdma-shuffle: a REGISTER of job {} failed: {}", realm, t.toString(), t);
-                reply.completeExceptionally(t);
-            }
-        }
+    /** REGISTERs waiting for a register worker now (tests). */
+    int registersWaiting() {
+        return registers.waiting();
     }
 
     /** REGISTERs answered {@link RegisterProtocol#BUSY} since the server started. */
     long busyReplies() {
-        return busyReplies.get();
+        return registers.busyReplies();
     }
 
-    /** The register workers (tests fill them to see what a REGISTER gets meanwhile). */
+    /** The register workers, each task given as a job of its own (tests fill them: {@link RegisterWorkers#asExecutor}). */
     java.util.concurrent.Executor registerWorkers() {
-        return registers;
+        return registers.asExecutor();
     }
 
     /** Answers a REGISTER from a connection authenticated for {@code realm}. */
@@ -332,6 +274,7 @@ final class ShuffleServer implements AutoCloseable {
             LOG.warn("rdma-shuffle: a bad REGISTER for job {}: {}", realm, e.getMessage());
             return RegisterProtocol.encodeRefusal(RegisterProtocol.BAD_REQUEST, e.getMessage());
         }
+        // The job's lock guards its counts and its outputs: taken to check and record, never across disk reads.
         synchronized (job) {
             if (job.stopped) {
                 job.outputs.clear();
@@ -345,34 +288,73 @@ final class ShuffleServer implements AutoCloseable {
                         + job.numMaps + " maps and " + job.numReduces + " reduces, not " + r.numMaps() + " and "
                         + r.numReduces());
             }
-            RegisteredOutputTable table;
-            try {
-                table = server.table(job.shuffleId, job.numMaps);
-            } catch (IOException | RuntimeException e) {
-                LOG.warn("rdma-shuffle: no output table for job {}: {}", realm, e.toString());
-                return RegisterProtocol.encodeRefusal(RegisterProtocol.UNKNOWN_JOB, "its output table cannot be"
-                        + " registered here: " + e.getMessage());
+        }
+        RegisteredOutputTable table;
+        try {
+            table = tableOf(job.shuffleId, r.numMaps());
+        } catch (IOException | RuntimeException e) {
+            String why = e.getMessage() == null ? e.toString()
+                    : e.getMessage().replace(RdmaShuffleConf.PREFIX, MapReduceRdmaConf.PREFIX);
+            if (tableRefused.add(job.shuffleId)) { // one WARN per job
+                LOG.warn("rdma-shuffle: job {} is served over HTTP on this NodeManager: its output table cannot be"
+                        + " registered here: {}", realm, why);
             }
-            if (table == null) {
+            return RegisterProtocol.encodeRefusal(RegisterProtocol.UNKNOWN_JOB, "its output table cannot be"
+                    + " registered here: " + why);
+        }
+        if (table == null) {
+            return RegisterProtocol.encodeRefusal(RegisterProtocol.UNKNOWN_JOB, "job " + realm + " stopped here");
+        }
+        MapState[] states = new MapState[r.maps().length];
+        int gone = 0;
+        for (int i = 0; i < states.length; i++) {
+            states[i] = serve(job, r, r.maps()[i]);
+            if (states[i] == STOPPED) { // the application stopped meanwhile: nothing of it is answered
                 return RegisterProtocol.encodeRefusal(RegisterProtocol.UNKNOWN_JOB, "job " + realm + " stopped here");
             }
-            MapState[] states = new MapState[r.maps().length];
-            int gone = 0;
-            for (int i = 0; i < states.length; i++) {
-                states[i] = serve(job, r, r.maps()[i]);
-                gone += states[i] == MapState.GONE ? 1 : 0;
+            gone += states[i] == MapState.GONE ? 1 : 0;
+        }
+        if (gone > 0) { // one line per request, not per map
+            LOG.info("rdma-shuffle: {} of {} map outputs a reducer of job {} asked for are not on this NodeManager",
+                    gone, states.length, realm);
+        }
+        return RegisterProtocol.encodeOk(table.descriptor(), states);
+    }
+
+    /**
+     * {@code shuffleId}'s output table, created if it is not yet and the tables of every job together stay within
+     * {@link MapReduceRdmaConf#MAX_TABLE_BYTES} ({@code numMaps} is the job's reducers' claim: 32 bytes of direct
+     * memory per map, held until the job stops); null when the job's shuffle was unregistered here (it stopped).
+     *
+     * @throws IOException when the table does not fit that bound or the registered-bytes cap (it names the key)
+     */
+    private RegisteredOutputTable tableOf(int shuffleId, int numMaps) throws IOException {
+        synchronized (tableBudget) { // the check and the creation are one step among jobs
+            if (!server.shufflesWithTable().contains(shuffleId)) {
+                long bytes = RegisteredOutputTable.tableBytes(numMaps);
+                long held = server.tableBytes();
+                if (held + bytes > maxTableBytes) {
+                    throw new IOException("its table of " + numMaps + " maps (" + bytes + " bytes) would pass "
+                            + MapReduceRdmaConf.MAX_TABLE_BYTES + " (" + maxTableBytes + " bytes; " + held
+                            + " held by other jobs' tables)");
+                }
             }
-            if (gone > 0) { // one line per request, not per map
-                LOG.info("rdma-shuffle: {} of {} map outputs a reducer of job {} asked for are not on this NodeManager",
-                        gone, states.length, realm);
-            }
-            return RegisterProtocol.encodeOk(table.descriptor(), states);
+            return server.table(shuffleId, numMaps);
         }
     }
 
+    /**
+     * What {@link #serve} says when the job stopped while its REGISTER ran (compared by identity): the REGISTER is
+     * answered {@link RegisterProtocol#UNKNOWN_JOB}.
+     */
+    private static final MapState STOPPED = new MapState(RegisterProtocol.MISSING, 0, 0);
+
     /** Registers {@code m}'s output if it is not yet, and says what the reducer finds in the table. */
     private MapState serve(ServedJobs.Job job, RegisterProtocol.Request r, MapAttempt m) {
-        ServedJobs.Registered reg = job.outputs.get(m.mapIndex());
+        ServedJobs.Registered reg;
+        synchronized (job) {
+            reg = job.outputs.get(m.mapIndex());
+        }
         if (reg != null && reg.attempt() > m.attempt()) {
             // A later attempt of the map is registered: a reducer that has not yet heard this one is obsolete must
             // not knock the later one out of the table (other reducers may be READing it). HTTP serves it by path.
@@ -437,6 +419,9 @@ final class ShuffleServer implements AutoCloseable {
                     m.attempt(), job.realm(), e.toString());
             return MapState.GONE;
         }
+        if (forgotIfStopped(job)) {
+            return STOPPED;
+        }
         IndexRecord rec = spill.getIndex(r.reduce());
         return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
     }
@@ -488,12 +473,42 @@ final class ShuffleServer implements AutoCloseable {
                     dataBytes, r.numReduces());
             return MapState.HTTP;
         }
-        server.publish(job.shuffleId, job.numMaps, m.mapIndex(), m.attempt(), data, files.data().toString(),
-                offsets);
-        job.outputs.put(m.mapIndex(), new ServedJobs.Registered(m.attempt(), files.index()));
+        synchronized (job) { // published and recorded as one step of the job (the files are read by now)
+            if (job.stopped) {
+                return STOPPED;
+            }
+            ServedJobs.Registered now = job.outputs.get(m.mapIndex());
+            if (now != null && now.attempt() > m.attempt()) {
+                return MapState.HTTP; // a later attempt was registered meanwhile (as in serve)
+            }
+            if (now == null || now.attempt() != m.attempt()) {
+                if (!server.publish(job.shuffleId, job.numMaps, m.mapIndex(), m.attempt(), data,
+                        files.data().toString(), offsets)) {
+                    // In no table: the job's shuffle was unregistered (it stopped), or the node failed.
+                    return job.stopped ? STOPPED : MapState.HTTP;
+                }
+                job.outputs.put(m.mapIndex(), new ServedJobs.Registered(m.attempt(), files.index()));
+            }
+        }
         indexes.put(key, spill);
+        if (forgotIfStopped(job)) {
+            return STOPPED;
+        }
         IndexRecord rec = spill.getIndex(r.reduce());
         return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
+    }
+
+    /**
+     * After an index of {@code job} was put in the cache: whether the job stopped meanwhile, then dropping what this
+     * REGISTER put there. {@link #dropJob} marks the job stopped before it drops its indexes, so either it drops
+     * what was put, or this sees it stopped and drops it.
+     */
+    private boolean forgotIfStopped(ServedJobs.Job job) {
+        if (!job.stopped) {
+            return false;
+        }
+        indexes.dropJob(job.shuffleId);
+        return true;
     }
 
     /** An index record: start offset, raw length, part length (Hadoop's {@code MapTask.MAP_OUTPUT_INDEX_RECORD_LENGTH}). */
@@ -531,15 +546,8 @@ final class ShuffleServer implements AutoCloseable {
      */
     @Override
     public void close() {
-        registers.shutdown();
-        java.util.List<Runnable> waiting = new java.util.ArrayList<>();
-        registers.getQueue().drainTo(waiting);
-        for (Runnable r : waiting) {
-            ((RegisterTask) r).reply.complete(RegisterProtocol.encodeRefusal(RegisterProtocol.BUSY,
-                    "the service is stopping"));
-        }
         try {
-            if (!registers.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS)) {
+            if (!registers.close(10_000)) {
                 LOG.warn("rdma-shuffle: REGISTERs still running after 10 s as the service on port {} stops", port);
             }
         } catch (InterruptedException e) {
@@ -550,7 +558,7 @@ final class ShuffleServer implements AutoCloseable {
             server.close();
         } finally {
             deregistrations.shutdownNow();
-            registers.shutdownNow();
+            registers.close();
             opener.close();
         }
     }

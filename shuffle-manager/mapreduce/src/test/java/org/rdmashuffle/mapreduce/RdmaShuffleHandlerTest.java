@@ -633,6 +633,9 @@ class RdmaShuffleHandlerTest {
         try {
             try {
                 for (; taken < 10_000; taken++) {
+                    while (taken == ShuffleServer.REGISTER_THREADS && service.server().registersWaiting() > 0) {
+                        Thread.sleep(5); // every worker has taken its task: the rest wait
+                    }
                     workers.execute(() -> {
                         try {
                             release.await();

@@ -72,6 +72,8 @@ public final class MapOutputServer implements AutoCloseable {
     /** Tables unregistered whose outputs are being deregistered elsewhere ({@link #unregisterShuffle(int, Executor)}). */
     private final Set<RegisteredOutputTable> closing = ConcurrentHashMap.newKeySet();
     private final RegistrationCap cap;
+    /** Whether output tables' own bytes count against the cap with the outputs ({@link #table}). */
+    private final boolean tablesCharged;
     private final LongAdder unregisteredOutputs = new LongAdder();
     private final LongAdder unregisteredOutputBytes = new LongAdder();
     private final AtomicBoolean warnedUnregistered = new AtomicBoolean();
@@ -105,7 +107,21 @@ public final class MapOutputServer implements AutoCloseable {
     public MapOutputServer(RdmaShuffleConf conf, NodeOptions options,
                            java.util.function.Function<MapOutputServer, ControlHandler> handler,
                            PeerDirectory directory, String id, IntFunction<String> realmOfShuffle) throws IOException {
+        this(conf, options, handler, directory, id, realmOfShuffle, false);
+    }
+
+    /**
+     * As above; with {@code tablesCharged}, output tables' own bytes ({@link RegisteredOutputTable#tableBytes()})
+     * count against {@code maxRegisteredOutputBytes} with the outputs: a table that would pass it is not created
+     * ({@link #table} throws), and outputs see the tables' bytes as registered. For a server whose tables are sized
+     * by what peers claim (a MapReduce NodeManager: a reducer says how many maps its job has).
+     */
+    public MapOutputServer(RdmaShuffleConf conf, NodeOptions options,
+                           java.util.function.Function<MapOutputServer, ControlHandler> handler,
+                           PeerDirectory directory, String id, IntFunction<String> realmOfShuffle,
+                           boolean tablesCharged) throws IOException {
         this.conf = conf;
+        this.tablesCharged = tablesCharged;
         this.directory = directory;
         this.id = id;
         this.realmOfShuffle = realmOfShuffle;
@@ -125,7 +141,8 @@ public final class MapOutputServer implements AutoCloseable {
             throw e;
         }
         this.pool = p;
-        this.cap = new RegistrationCap(conf.maxRegisteredOutputBytes(), this::registeredOutputBytes);
+        this.cap = new RegistrationCap(conf.maxRegisteredOutputBytes(),
+                tablesCharged ? () -> registeredOutputBytes() + tableBytes() : this::registeredOutputBytes);
         String name = "rdma-shuffle-maintenance-" + id;
         maintenance = Executors.newSingleThreadScheduledExecutor(r -> {
             Thread t = new Thread(r, name);
@@ -256,6 +273,8 @@ public final class MapOutputServer implements AutoCloseable {
      * The output table of {@code shuffleId}, created on first use; null when the shuffle was unregistered
      * here already (a map task still running when the engine cleaned its shuffle — a cancelled stage, a
      * zombie attempt — must not bring back a table nobody will remove).
+     *
+     * @throws IOException when the table cannot be registered, or (tables charged) its bytes would pass the cap
      */
     public RegisteredOutputTable table(int shuffleId, int numMaps) throws IOException {
         RegisteredOutputTable t = tables.get(shuffleId);
@@ -268,8 +287,17 @@ public final class MapOutputServer implements AutoCloseable {
             }
             t = tables.get(shuffleId);
             if (t == null) {
-                t = new RegisteredOutputTable(node, shuffleId, numMaps, realmOfShuffle.apply(shuffleId));
-                tables.put(shuffleId, t);
+                long bytes = tablesCharged ? RegisteredOutputTable.tableBytes(numMaps) : 0;
+                if (!cap.reserve(bytes)) {
+                    throw new IOException("its output table's " + bytes + " bytes would pass "
+                            + RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES.name() + " (" + cap.capBytes() + " bytes)");
+                }
+                try {
+                    t = new RegisteredOutputTable(node, shuffleId, numMaps, realmOfShuffle.apply(shuffleId));
+                    tables.put(shuffleId, t);
+                } finally {
+                    cap.release(bytes); // counted as a table from now on
+                }
             }
             return t;
         }
@@ -282,9 +310,11 @@ public final class MapOutputServer implements AutoCloseable {
      * counted in {@link #unregisteredOutputs()} — unless {@code fallback=never}, which fails the map task.
      *
      * @param offsets the partitions' offsets in {@code data}, the last one its length
+     * @return whether the output is in its shuffle's table now (registered, or marked as left to the engine's
+     *     path); false when the shuffle was unregistered here, its table could not be registered, or the node failed
      */
-    public void publish(int shuffleId, int numMaps, int mapIndex, long mapId, File data, long[] offsets) {
-        publish(shuffleId, numMaps, mapIndex, mapId, data.toString(), offsets,
+    public boolean publish(int shuffleId, int numMaps, int mapIndex, long mapId, File data, long[] offsets) {
+        return publish(shuffleId, numMaps, mapIndex, mapId, data.toString(), offsets,
                 (layout, realm) -> RegisteredMapOutput.register(node, data.toPath(), layout, realm));
     }
 
@@ -295,9 +325,9 @@ public final class MapOutputServer implements AutoCloseable {
      *
      * @param name the data file's name in messages
      */
-    public void publish(int shuffleId, int numMaps, int mapIndex, long mapId, java.nio.channels.FileChannel data,
-                        String name, long[] offsets) {
-        publish(shuffleId, numMaps, mapIndex, mapId, name, offsets,
+    public boolean publish(int shuffleId, int numMaps, int mapIndex, long mapId, java.nio.channels.FileChannel data,
+                           String name, long[] offsets) {
+        return publish(shuffleId, numMaps, mapIndex, mapId, name, offsets,
                 (layout, realm) -> RegisteredMapOutput.register(node, data, name, layout, realm));
     }
 
@@ -306,8 +336,8 @@ public final class MapOutputServer implements AutoCloseable {
         RegisteredMapOutput register(MapOutputLayout layout, String realm) throws IOException;
     }
 
-    private void publish(int shuffleId, int numMaps, int mapIndex, long mapId, String data, long[] offsets,
-                         DataRegistrar registrar) {
+    private boolean publish(int shuffleId, int numMaps, int mapIndex, long mapId, String data, long[] offsets,
+                            DataRegistrar registrar) {
         long bytes = offsets[offsets.length - 1];
         RegisteredOutputTable table;
         if (failed()) {
@@ -316,63 +346,70 @@ public final class MapOutputServer implements AutoCloseable {
             unregisteredOutputs.increment();
             unregisteredOutputBytes.add(bytes);
             LOG.debug("map output {} of shuffle {} is not registered: {}", mapIndex, shuffleId, failureReason());
-            return;
+            return false;
         }
         if (noTable.contains(shuffleId)) {
             leftToEngine(shuffleId, mapIndex, bytes, "its output table could not be registered", null);
-            return;
+            return false;
         }
         try {
             table = table(shuffleId, numMaps);
             if (table == null) {
                 LOG.debug("map output {} of shuffle {} committed after the shuffle was unregistered: not registered",
                         mapIndex, shuffleId);
-                return;
+                return false;
             }
         } catch (IOException | RuntimeException e) {
             // No table to publish in: every output of the shuffle here — also later ones, or readers would
             // find this one's slot empty — is read through the engine's path.
             noTable.add(shuffleId);
             leftToEngine(shuffleId, mapIndex, bytes, "its output table cannot be registered: " + e.getMessage(), e);
-            return;
+            return false;
         }
         // Concurrent map tasks: the check and the registration are one step for the cap (a reservation), but
         // no lock is held while the file is mapped and registered, so commits do not wait for each other.
         if (!cap.reserve(bytes)) {
             leftToEngine(shuffleId, mapIndex, bytes, "registering its " + bytes + " bytes would pass "
                     + RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES.name() + " (" + cap.capBytes() + " bytes)", null);
-            publishUnregistered(table, mapIndex, mapId);
-            return;
+            return publishUnregistered(table, mapIndex, mapId);
         }
         try {
-            register(table, shuffleId, mapIndex, mapId, data, offsets, registrar);
+            return register(table, shuffleId, mapIndex, mapId, data, offsets, registrar);
         } finally {
             cap.release(bytes);
         }
     }
 
-    /** Marks an output left to the engine's path in its table; a table closed meanwhile (node failed) is left alone. */
-    private void publishUnregistered(RegisteredOutputTable table, int mapIndex, long mapId) {
+    /**
+     * Marks an output left to the engine's path in its table; a table closed meanwhile (node failed, shuffle
+     * unregistered) is left alone.
+     *
+     * @return whether it was marked
+     */
+    private boolean publishUnregistered(RegisteredOutputTable table, int mapIndex, long mapId) {
         try {
             table.publishUnregistered(mapIndex, mapId);
+            return true;
         } catch (RuntimeException e) {
             LOG.debug("cannot mark map output {} as left to the engine's path in its table", mapIndex, e);
+            return false;
         }
     }
 
-    private void register(RegisteredOutputTable table, int shuffleId, int mapIndex, long mapId, String data,
-                          long[] offsets, DataRegistrar registrar) {
+    private boolean register(RegisteredOutputTable table, int shuffleId, int mapIndex, long mapId, String data,
+                             long[] offsets, DataRegistrar registrar) {
         try {
             MapOutputLayout layout = new MapOutputLayout(offsets, conf.maxRegionSizeBytes());
             table.publish(mapIndex, mapId, registrar.register(layout, table.realm()));
+            return true;
         } catch (IOException | RuntimeException e) {
             if (failed()) { // the node failed meanwhile: withdrawn, readers take the engine's path for every output
                 nodeFailureSeen();
-                return;
+                return false;
             }
             leftToEngine(shuffleId, mapIndex, offsets[offsets.length - 1], "it cannot be registered (" + data
                     + "): " + e.getMessage(), e);
-            publishUnregistered(table, mapIndex, mapId);
+            return publishUnregistered(table, mapIndex, mapId);
         }
     }
 
@@ -416,6 +453,18 @@ public final class MapOutputServer implements AutoCloseable {
         }
         for (RegisteredOutputTable t : closing) {
             sum += t.registeredOutputBytes();
+        }
+        return sum;
+    }
+
+    /** Bytes of the output tables here now (their own slots, not the outputs), those being closed too. */
+    public long tableBytes() {
+        long sum = 0;
+        for (RegisteredOutputTable t : tables.values()) {
+            sum += t.tableBytes();
+        }
+        for (RegisteredOutputTable t : closing) {
+            sum += t.tableBytes();
         }
         return sum;
     }

@@ -53,10 +53,20 @@ public final class RegisteredOutputTable implements AutoCloseable {
         this.shuffleId = shuffleId;
         this.numMaps = numMaps;
         this.realm = realm;
-        this.slots = ByteBuffer.allocateDirect(Math.max(1, numMaps) * SLOT_BYTES);
+        this.slots = ByteBuffer.allocateDirect(Math.toIntExact(tableBytes(numMaps)));
         this.slotsRegion = node.register(slots, RegionAccess.REMOTE_READ, realm);
         this.metadata = new MemoryRegion[numMaps];
         this.outputs = new RegisteredMapOutput[numMaps];
+    }
+
+    /** The bytes of direct memory, registered, that a table of {@code numMaps} maps takes. */
+    public static long tableBytes(int numMaps) {
+        return (long) Math.max(1, numMaps) * SLOT_BYTES;
+    }
+
+    /** The bytes of direct memory, registered, this table takes ({@link #tableBytes(int)}). */
+    public long tableBytes() {
+        return slots.capacity();
     }
 
     public int shuffleId() {
