@@ -16,7 +16,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.List;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
@@ -182,25 +181,6 @@ class KilledReducerTest {
                 Integer.toString(SIZES.length), "0"));
         Path childErr = dir.resolve("reducer.err");
         Process child = new ProcessBuilder(command).redirectError(childErr.toFile()).start();
-        List<String> warnings = new CopyOnWriteArrayList<>();
-        org.apache.log4j.AppenderSkeleton seen = new org.apache.log4j.AppenderSkeleton() {
-            @Override
-            protected void append(org.apache.log4j.spi.LoggingEvent e) {
-                if (e.getLevel().isGreaterOrEqual(org.apache.log4j.Level.WARN)) {
-                    warnings.add(e.getLoggerName() + ": " + e.getRenderedMessage());
-                }
-            }
-
-            @Override
-            public void close() {
-            }
-
-            @Override
-            public boolean requiresLayout() {
-                return false;
-            }
-        };
-        org.apache.log4j.Logger log = org.apache.log4j.Logger.getLogger("org.rdmashuffle");
         try {
             BufferedReader out = new BufferedReader(new InputStreamReader(child.getInputStream(),
                     StandardCharsets.UTF_8));
@@ -213,16 +193,17 @@ class KilledReducerTest {
             long served = serviceStats().readsServed();
             await(() -> serviceStats().readsServed() > served + 4, () -> "the reducer READs again");
             assertEquals(1, serviceNode().servedConnections());
-            log.addAppender(seen);
-            child.destroyForcibly(); // mid-READ: its next round is being served
-            assertTrue(child.waitFor(30, TimeUnit.SECONDS), "the reducer's JVM ended");
-            await(() -> serviceNode().servedConnections() == 0,
-                    () -> "the service still holds " + serviceNode().servedConnections() + " connections");
-            assertTheNextReducerIsServed();
-            assertTrue(warnings.size() <= 1, "a killed reducer logs at most one line: " + warnings);
-            assertTheJobsMappingsGoWhenItStops();
+            try (LoggedWarnings logged = LoggedWarnings.of("org.rdmashuffle")) {
+                child.destroyForcibly(); // mid-READ: its next round is being served
+                assertTrue(child.waitFor(30, TimeUnit.SECONDS), "the reducer's JVM ended");
+                await(() -> serviceNode().servedConnections() == 0,
+                        () -> "the service still holds " + serviceNode().servedConnections() + " connections");
+                assertTheNextReducerIsServed();
+                List<String> warnings = logged.lines();
+                assertTrue(warnings.size() <= 1, "a killed reducer logs at most one line: " + warnings);
+                assertTheJobsMappingsGoWhenItStops();
+            }
         } finally {
-            log.removeAppender(seen);
             child.destroyForcibly();
         }
     }

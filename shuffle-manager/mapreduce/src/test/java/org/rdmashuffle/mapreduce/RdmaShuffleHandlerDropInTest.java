@@ -13,7 +13,6 @@ import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.stream.Stream;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.LocalDirAllocator;
@@ -188,27 +187,8 @@ class RdmaShuffleHandlerDropInTest {
 
     @Test
     void shouldWarnNamingTheApplicationAndServeNothingOfItWhenItsServiceDataIsNoJobToken() throws Exception {
-        List<String> warnings = new CopyOnWriteArrayList<>();
-        org.apache.log4j.Logger log = org.apache.log4j.Logger.getLogger(RdmaShuffleHandler.class);
-        org.apache.log4j.AppenderSkeleton seen = new org.apache.log4j.AppenderSkeleton() {
-            @Override
-            protected void append(org.apache.log4j.spi.LoggingEvent e) {
-                if (e.getLevel() == org.apache.log4j.Level.WARN) {
-                    warnings.add(e.getRenderedMessage());
-                }
-            }
-
-            @Override
-            public void close() {
-            }
-
-            @Override
-            public boolean requiresLayout() {
-                return false;
-            }
-        };
-        log.addAppender(seen);
-        try {
+        try (LoggedWarnings logged = LoggedWarnings.of(RdmaShuffleHandler.class)) {
+            List<String> warnings = logged.messages();
             ByteBuffer token = ServiceFixture.serviceData(ServiceFixture.app(3), "s".repeat(20).getBytes());
             ByteBuffer cut = token.duplicate();
             cut.limit(cut.limit() - 5);
@@ -223,8 +203,6 @@ class RdmaShuffleHandlerDropInTest {
                 assertTrue(warnings.size() == i + 1 && warnings.get(i).contains(expected), expected + ": " + warnings);
             }
             assertTrue(warnings.get(0).contains("configure this service as mapreduce_shuffle"), warnings.get(0));
-        } finally {
-            log.removeAppender(seen);
         }
         byte[] secret = "after-bad-ones".getBytes(); // and the next job is served
         JobID job = ServiceFixture.initJob(service, USER, 4, secret);

@@ -368,27 +368,8 @@ class RdmaShuffleHandlerTest {
 
     @Test
     void shouldLogAJobStopWhoseDeregistrationFailsOnceAsAWarningAndKeepStoppingJobs() throws Exception {
-        java.util.List<String> warnings = new java.util.concurrent.CopyOnWriteArrayList<>();
-        org.apache.log4j.Logger log = org.apache.log4j.Logger.getLogger(ShuffleServer.class);
-        org.apache.log4j.AppenderSkeleton seen = new org.apache.log4j.AppenderSkeleton() {
-            @Override
-            protected void append(org.apache.log4j.spi.LoggingEvent e) {
-                if (e.getLevel() == org.apache.log4j.Level.WARN) {
-                    warnings.add(e.getRenderedMessage());
-                }
-            }
-
-            @Override
-            public void close() {
-            }
-
-            @Override
-            public boolean requiresLayout() {
-                return false;
-            }
-        };
-        log.addAppender(seen);
-        try {
+        try (LoggedWarnings logged = LoggedWarnings.of(ShuffleServer.class)) {
+            java.util.List<String> warnings = logged.messages();
             service.server().deregistrations().execute(() -> { // as a table's close() that throws on the worker
                 throw new IllegalStateException("deregistering region 7 failed");
             });
@@ -407,8 +388,6 @@ class RdmaShuffleHandlerTest {
             service.server().awaitDeregistrations();
             assertEquals(0, service.server().outputs().registeredOutputBytes());
             assertEquals(1, warnings.size(), String.valueOf(warnings));
-        } finally {
-            log.removeAppender(seen);
         }
     }
 

@@ -6,23 +6,19 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.rdmashuffle.mapreduce.EchoService.echo;
 
 import java.io.IOException;
-import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
-import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.hadoop.mapreduce.task.reduce.MapHost;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.rdmashuffle.conf.RdmaShuffleConf;
-import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.NodeAddress;
-import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.PeerBusyException;
 import org.rdmashuffle.transport.RdmaNode;
-import org.rdmashuffle.transport.RdmaTransport;
 
 /**
  * A NodeManager's service that is busy (here: the job holds its share of the node's connections) is not given up
@@ -33,29 +29,9 @@ import org.rdmashuffle.transport.RdmaTransport;
 class ReducerBusyServiceTest {
     private static final String JOB = "job_1700000000000_0007";
     private static final byte[] TOKEN = "shuffle-secret-of-job-7".getBytes(StandardCharsets.UTF_8);
-    private static final ControlHandler ECHO = new ControlHandler() {
-        @Override
-        public ByteBuffer onMessage(ByteBuffer request) {
-            return request;
-        }
-
-        @Override
-        public ByteBuffer onMessage(String realm, ByteBuffer request) {
-            return request;
-        }
-    };
 
     private static RdmaShuffleConf conf(int port) {
-        return new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp", "spark.shuffle.rdma.port",
-                Integer.toString(port), "spark.shuffle.rdma.connectRetries", "0",
-                "spark.shuffle.rdma.maxConnectionsPerRealm", "1"));
-    }
-
-    private static String echo(ReducerClient client, NodeAddress service, String text) throws Exception {
-        ByteBuffer reply = client.call(service, ByteBuffer.wrap(text.getBytes(StandardCharsets.UTF_8)));
-        byte[] b = new byte[reply.remaining()];
-        reply.get(b);
-        return new String(b, StandardCharsets.UTF_8);
+        return EchoService.conf(port, "spark.shuffle.rdma.maxConnectionsPerRealm", "1");
     }
 
     @Test
@@ -63,8 +39,7 @@ class ReducerBusyServiceTest {
     void shouldFetchOverHttpForAWhileAndReadAgainLaterWhenTheServiceIsBusy() throws Exception {
         AtomicLong now = new AtomicLong(1_000_000_000L);
         MapHost host = new MapHost("127.0.0.1:13562", "http://127.0.0.1:13562/mapOutput?job=x&reduce=0&map=");
-        try (RdmaNode nodeManager = RdmaTransport.open(conf(0), NodeOptions.loopback().withControlHandler(ECHO)
-                .withSecrets(job -> JOB.equals(job) ? TOKEN : null))) {
+        try (RdmaNode nodeManager = EchoService.open(conf(0), JOB, TOKEN)) {
             int port = nodeManager.localAddress().port();
             ReducerClient holder = new ReducerClient(conf(port), JOB, TOKEN);
             try (ReducerClient reducer = new ReducerClient(conf(port), JOB, TOKEN, now::get)) {

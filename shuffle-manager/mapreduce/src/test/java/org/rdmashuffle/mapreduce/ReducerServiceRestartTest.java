@@ -6,27 +6,23 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.rdmashuffle.mapreduce.EchoService.echo;
 
 import java.io.IOException;
 import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
-import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
-import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.hadoop.mapreduce.task.reduce.MapHost;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.rdmashuffle.conf.RdmaShuffleConf;
-import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.NodeAddress;
-import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.PeerBusyException;
 import org.rdmashuffle.transport.RdmaNode;
-import org.rdmashuffle.transport.RdmaTransport;
 
 /**
  * A NodeManager's service that goes down (a NodeManager or service restart) or comes back not knowing the job is
@@ -41,35 +37,13 @@ class ReducerServiceRestartTest {
     private static final byte[] TOKEN = "shuffle-secret-of-job-9".getBytes(StandardCharsets.UTF_8);
     private static final MapHost HOST = new MapHost("127.0.0.1:13562",
             "http://127.0.0.1:13562/mapOutput?job=x&reduce=0&map=");
-    private static final ControlHandler ECHO = new ControlHandler() {
-        @Override
-        public ByteBuffer onMessage(ByteBuffer request) {
-            return request;
-        }
-
-        @Override
-        public ByteBuffer onMessage(String realm, ByteBuffer request) {
-            return request;
-        }
-    };
-
     private static RdmaShuffleConf conf(int port) {
-        return new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp", "spark.shuffle.rdma.port",
-                Integer.toString(port), "spark.shuffle.rdma.connectRetries", "0",
-                "spark.shuffle.rdma.requestTimeout", "5s"));
+        return EchoService.conf(port, "spark.shuffle.rdma.requestTimeout", "5s");
     }
 
     /** The service on {@code port}, knowing the job when {@code knowsJob}. */
     private static RdmaNode service(int port, boolean knowsJob) throws IOException {
-        return RdmaTransport.open(conf(port), NodeOptions.loopback().withControlHandler(ECHO)
-                .withSecrets(job -> knowsJob && JOB.equals(job) ? TOKEN : null));
-    }
-
-    private static String echo(ReducerClient client, NodeAddress service, String text) throws Exception {
-        ByteBuffer reply = client.call(service, ByteBuffer.wrap(text.getBytes(StandardCharsets.UTF_8)));
-        byte[] b = new byte[reply.remaining()];
-        reply.get(b);
-        return new String(b, StandardCharsets.UTF_8);
+        return EchoService.open(conf(port), JOB, knowsJob ? TOKEN : null);
     }
 
     private static int freePort() throws IOException {
