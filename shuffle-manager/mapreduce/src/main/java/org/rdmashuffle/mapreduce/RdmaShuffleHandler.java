@@ -103,7 +103,7 @@ public class RdmaShuffleHandler extends ShuffleHandler {
         }
         int known = 0;
         for (JobSecretStore.Entry job : kept.load()) {
-            s.jobs().learn(job.app(), job.user(), dirs, job.secret());
+            s.jobs().recovered(job.app(), job.user(), dirs, job.secret());
             known++;
         }
         LOG.info("rdma-shuffle: {} job(s) known again from {}", known, kept.dir());
@@ -133,6 +133,10 @@ public class RdmaShuffleHandler extends ShuffleHandler {
         server = null;
         try {
             if (s != null) {
+                // Another NodeManager of this process may keep the server: jobs only this one held stop here.
+                for (ServedJobs.Job job : s.jobs().forget(dirs)) {
+                    s.dropJob(job);
+                }
                 s.release();
             }
         } finally {
