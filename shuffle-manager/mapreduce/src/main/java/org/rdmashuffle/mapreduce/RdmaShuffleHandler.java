@@ -163,12 +163,15 @@ public class RdmaShuffleHandler extends ShuffleHandler {
         }
         super.initializeApplication(context);
         ShuffleServer s = server;
+        byte[] secret = token.getPassword();
         if (s != null) {
-            s.jobs().learn(context.getApplicationId(), context.getUser(), dirs, token.getPassword());
+            ServedJobs.Job job = s.jobs().learn(context.getApplicationId(), context.getUser(), dirs, secret);
+            byte[] held = s.jobs().secretOf(job.realm()); // the store keeps the secret the job is served with
+            secret = held != null ? held : secret;
         }
         JobSecretStore store = kept;
         if (store != null) {
-            store.save(context.getApplicationId(), context.getUser(), token.getPassword());
+            store.save(context.getApplicationId(), context.getUser(), secret);
         }
     }
 
