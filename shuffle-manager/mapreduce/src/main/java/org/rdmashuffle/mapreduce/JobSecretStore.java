@@ -1,6 +1,8 @@
 package org.rdmashuffle.mapreduce;
 
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.AtomicMoveNotSupportedException;
 import java.nio.file.DirectoryStream;
@@ -8,6 +10,7 @@ import java.nio.file.Files;
 import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.PosixFilePermission;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
@@ -26,7 +29,8 @@ import org.slf4j.LoggerFactory;
  *
  * <p>One file per application, named by its id, in a directory only the NodeManager's user may enter (0700); each
  * file (0600) holds a version line, the job's user and its shuffle secret (Base64). A file is written to a
- * temporary name and moved in place, so a crash leaves the old file or the new one. Nothing here throws at the
+ * temporary name, forced to disk, and moved in place (the directory then forced too), so a crash leaves the old
+ * file or the new one. Nothing here throws at the
  * NodeManager: a file that cannot be written or removed is a WARN (the job is then known again from its next
  * container only), and one that cannot be read back is a WARN and skipped.
  */
@@ -73,12 +77,19 @@ final class JobSecretStore {
         try {
             Files.deleteIfExists(tmp);
             Files.createFile(tmp, PosixFilePermissions.asFileAttribute(FILE_MODE));
-            Files.writeString(tmp, text, StandardCharsets.UTF_8);
+            try (FileChannel out = FileChannel.open(tmp, StandardOpenOption.WRITE)) {
+                ByteBuffer bytes = ByteBuffer.wrap(text.getBytes(StandardCharsets.UTF_8));
+                while (bytes.hasRemaining()) {
+                    out.write(bytes);
+                }
+                out.force(true); // on disk before the move names it: a crash leaves no empty entry
+            }
             try {
                 Files.move(tmp, file, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
             } catch (AtomicMoveNotSupportedException e) {
                 Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING);
             }
+            syncDirectory();
         } catch (IOException | RuntimeException e) {
             LOG.warn("rdma-shuffle: cannot keep the job secret of {} in {} ({}): after a restart of the service the"
                     + " job is known again from its next container on this NodeManager only", app, dir, e.toString());
@@ -87,6 +98,18 @@ final class JobSecretStore {
             } catch (IOException ignored) {
                 // the WARN above said it
             }
+        }
+    }
+
+    /**
+     * Forces the directory's entries (the move just made) to disk where the platform can (Linux); elsewhere the
+     * move is on disk when the file system puts it there.
+     */
+    private void syncDirectory() {
+        try (FileChannel d = FileChannel.open(dir, StandardOpenOption.READ)) {
+            d.force(true);
+        } catch (IOException | RuntimeException e) {
+            LOG.debug("rdma-shuffle: cannot force the directory {} to disk: {}", dir, e.toString());
         }
     }
 

@@ -103,7 +103,7 @@ public class RdmaShuffleHandler extends ShuffleHandler {
         }
         int known = 0;
         for (JobSecretStore.Entry job : kept.load()) {
-            s.jobs().learn(job.app(), job.user(), dirs, job.secret());
+            s.jobs().recovered(job.app(), job.user(), dirs, job.secret());
             known++;
         }
         LOG.info("rdma-shuffle: {} job(s) known again from {}", known, kept.dir());
@@ -133,6 +133,10 @@ public class RdmaShuffleHandler extends ShuffleHandler {
         server = null;
         try {
             if (s != null) {
+                // Another NodeManager of this process may keep the server: jobs only this one held stop here.
+                for (ServedJobs.Job job : s.jobs().forget(dirs)) {
+                    s.dropJob(job);
+                }
                 s.release();
             }
         } finally {
@@ -159,12 +163,15 @@ public class RdmaShuffleHandler extends ShuffleHandler {
         }
         super.initializeApplication(context);
         ShuffleServer s = server;
+        byte[] secret = token.getPassword();
         if (s != null) {
-            s.jobs().learn(context.getApplicationId(), context.getUser(), dirs, token.getPassword());
+            ServedJobs.Job job = s.jobs().learn(context.getApplicationId(), context.getUser(), dirs, secret);
+            byte[] held = s.jobs().secretOf(job.realm()); // the store keeps the secret the job is served with
+            secret = held != null ? held : secret;
         }
         JobSecretStore store = kept;
         if (store != null) {
-            store.save(context.getApplicationId(), context.getUser(), token.getPassword());
+            store.save(context.getApplicationId(), context.getUser(), secret);
         }
     }
 

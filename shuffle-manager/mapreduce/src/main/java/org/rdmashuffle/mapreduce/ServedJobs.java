@@ -14,7 +14,7 @@ import org.slf4j.LoggerFactory;
 /**
  * The MapReduce jobs a process's service knows: one per application a NodeManager of this process initialized
  * for the service with its job token (YARN does so for each container of the job it starts); forgotten when the
- * application stops on every such NodeManager. Each job is a realm of the node: its connections prove its shuffle
+ * application stops, or the service stops, on every such NodeManager. Each job is a realm of the node: its connections prove its shuffle
  * secret, and its output table is READable by them only.
  *
  * <p>The shuffle secret is the password of the job token the MapReduce ApplicationMaster hands
@@ -30,8 +30,14 @@ final class ServedJobs {
         final String appId;
         final String user;
         final int shuffleId;
-        /** The job's shuffle secret, from its token; never changed. */
-        private final byte[] secret;
+        /**
+         * The job's shuffle secret, from its token; replaced only while it came from the {@link JobSecretStore}
+         * alone (a token handed by YARN is newer than what a service kept before its restart). Written under the
+         * job's entry's compute in {@link ServedJobs}.
+         */
+        private volatile byte[] secret;
+        /** Whether {@link #secret} was read back from the store and no token of YARN has been handed since. */
+        private boolean secretKeptOnly;
         final Set<LocalDirs> on = ConcurrentHashMap.newKeySet();
         /** Guarded by this: the job's map and reduce counts (0 until a reducer said), each map's registered output. */
         int numMaps;
@@ -77,29 +83,75 @@ final class ServedJobs {
 
     /**
      * Notes that {@code dirs}' NodeManager runs {@code app} for {@code user}, the password of its job token being
-     * {@code secret}. A job keeps the secret it was first learnt with: another one later is logged and ignored
-     * (a job's token does not change while it runs).
+     * {@code secret}. A job keeps the secret of the first token handed: another one later is logged and ignored
+     * (a job's token does not change while it runs). A secret known only from the store ({@link #recovered}) is
+     * replaced by the token's.
      */
     Job learn(ApplicationId app, String user, LocalDirs dirs, byte[] secret) {
+        return learn(app, user, dirs, secret, false);
+    }
+
+    /**
+     * Notes that {@code dirs}' NodeManager ran {@code app} before its service restarted, with the secret the
+     * {@link JobSecretStore} kept: until a job token of {@code app} is handed ({@link #learn}, which then replaces
+     * it), that secret is the job's.
+     */
+    Job recovered(ApplicationId app, String user, LocalDirs dirs, byte[] secret) {
+        return learn(app, user, dirs, secret, true);
+    }
+
+    private Job learn(ApplicationId app, String user, LocalDirs dirs, byte[] secret, boolean kept) {
         if (secret == null || secret.length == 0) {
             throw new IllegalArgumentException("no shuffle secret for " + app);
         }
         JobID jobId = new JobID(Long.toString(app.getClusterTimestamp()), app.getId());
+        boolean[] ignored = new boolean[1];
         // Atomically with another NodeManager's stop of the same application (one process may run several).
         Job job = byRealm.compute(jobId.toString(), (r, known) -> {
             Job j = known;
             if (j == null) {
                 j = new Job(jobId, app.toString(), user, nextShuffleId.getAndIncrement(), secret.clone());
+                j.secretKeptOnly = kept;
                 byShuffle.put(j.shuffleId, j);
+            } else if (!java.security.MessageDigest.isEqual(j.secret, secret)) {
+                if (j.secretKeptOnly && !kept) {
+                    j.secret = secret.clone(); // YARN's token is newer than the kept one
+                } else {
+                    ignored[0] = true;
+                }
+            }
+            if (!kept) {
+                j.secretKeptOnly = false;
             }
             j.on.add(dirs);
             return j;
         });
-        if (!java.security.MessageDigest.isEqual(job.secret, secret)) {
+        if (ignored[0]) {
             LOG.warn("rdma-shuffle: application {} initialized again with another job token: the first one's secret"
                     + " is kept", app);
         }
         return job;
+    }
+
+    /**
+     * Forgets {@code dirs}' NodeManager in every job (its service stopped: a service started again holds other
+     * dirs).
+     *
+     * @return the jobs no NodeManager of this process holds any more (the caller drops their tables, as at a stop)
+     */
+    java.util.List<Job> forget(LocalDirs dirs) {
+        java.util.List<Job> dropped = new java.util.ArrayList<>();
+        for (String realm : byRealm.keySet()) {
+            byRealm.computeIfPresent(realm, (r, job) -> {
+                if (!job.on.remove(dirs) || !job.on.isEmpty()) {
+                    return job;
+                }
+                byShuffle.remove(job.shuffleId, job);
+                dropped.add(job);
+                return null;
+            });
+        }
+        return dropped;
     }
 
     /**

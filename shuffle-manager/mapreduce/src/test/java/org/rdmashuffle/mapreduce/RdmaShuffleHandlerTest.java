@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -422,6 +423,38 @@ class RdmaShuffleHandlerTest {
         assertTrue(stillServing.isDirectory());
         assertNotNull(service.server(), "the first NodeManager's service still runs");
         assertTrue(service.server().address().port() == port);
+    }
+
+    @Test
+    void shouldDropAJobsTableWhenItStopsOnEveryNodeManagerAfterOneRestartedItsServiceWhileTheOtherKeptTheNode()
+            throws Exception {
+        RdmaShuffleHandler nm2 = new RdmaShuffleHandler();
+        nm2.init(nodeManagerConf(dir.resolve("nm2")));
+        nm2.start();
+        try {
+            byte[] secret = "restarted".repeat(3).getBytes();
+            JobID job = initJob(service, 12, secret);
+            initJob(nm2, 12, secret);
+            try (ReducerClient client = reducer(job, secret)) {
+                RegisterProtocol.Reply r = register(client, service(client), 0, new MapAttempt(0, 0));
+                assertEquals(RegisterProtocol.OK, r.status(), r.reason());
+            }
+            ShuffleServer shared = nm2.server();
+            assertTrue(shared.outputs().tableBytes() > 0, "the job's table is held");
+            service.stop(); // the first NodeManager's service restarts; the second keeps the port's node
+            service = ServiceFixture.started(nmConf);
+            assertTrue(service.server() == shared, "the node stayed up");
+            initJob(service, 12, secret); // the job's next container on the first NodeManager
+            ApplicationId app = ServiceFixture.appOf(job);
+            service.stopApplication(new ApplicationTerminationContext(app));
+            nm2.stopApplication(new ApplicationTerminationContext(app));
+            shared.awaitDeregistrations();
+            assertNull(shared.jobs().job(job.toString()), "the job stopped on every NodeManager is forgotten");
+            assertNull(shared.jobs().secretOf(job.toString()));
+            assertEquals(0, shared.outputs().tableBytes(), "the job's table bytes are given back");
+        } finally {
+            nm2.stop();
+        }
     }
 
     @Test

@@ -112,6 +112,42 @@ class ServiceRecoveryTest {
 
     @Test
     @Timeout(60)
+    void shouldServeAJobWithTheTokenYarnHandsRatherThanTheSecretKeptBeforeTheRestartWhenBothAreKnown()
+            throws Exception {
+        Path local = dir.resolve("nm");
+        Path recovery = dir.resolve("recovery");
+        Files.createDirectories(local);
+        Files.createDirectories(recovery);
+        Configuration conf = ServiceFixture.nodeManagerConf(local, ServiceFixture.freePort());
+        byte[] stale = "kept-before-the-restart".getBytes(StandardCharsets.UTF_8);
+        byte[] fresh = "handed-by-yarn-after-it".getBytes(StandardCharsets.UTF_8);
+        RdmaShuffleHandler first = started(conf, recovery);
+        JobID job;
+        try {
+            job = ServiceFixture.initJob(first, USER, 8, stale);
+        } finally {
+            first.stop();
+        }
+        RdmaShuffleHandler second = started(conf, recovery);
+        try (LoggedWarnings warnings = LoggedWarnings.of(ServedJobs.class)) {
+            ServedJobs jobs = second.server().jobs();
+            assertArrayEquals(stale, jobs.secretOf(job.toString()), "known from the store at the start");
+            ServiceFixture.initJob(second, USER, 8, fresh); // the job's next container here
+            assertArrayEquals(fresh, jobs.secretOf(job.toString()), "the token YARN hands replaces the kept secret");
+            assertTrue(warnings.messages().isEmpty(), warnings.messages().toString());
+            assertArrayEquals(fresh, JobSecretStore.under(recovery).load().get(0).secret(), "and is kept");
+
+            ServiceFixture.initJob(second, USER, 8, "a-third-token".getBytes(StandardCharsets.UTF_8));
+            assertArrayEquals(fresh, jobs.secretOf(job.toString()), "a token's secret is not replaced by another");
+            assertEquals(1, warnings.messages().size(), warnings.messages().toString());
+            assertArrayEquals(fresh, JobSecretStore.under(recovery).load().get(0).secret());
+        } finally {
+            second.stop();
+        }
+    }
+
+    @Test
+    @Timeout(60)
     void shouldKeepNothingWhenNoRecoveryPathIsGiven() throws Exception {
         Path local = dir.resolve("nm");
         Files.createDirectories(local);
