@@ -171,11 +171,42 @@ final class LocalDirs {
 
     /**
      * What {@link #openPlainFiles} requires of the files besides being plain: their owner ({@code null}: any; Hadoop
-     * requires the job's user when security is on), and how they are opened ({@link OutputFileOpener}).
+     * requires the job's user when security is on), how they are opened ({@link OutputFileOpener}), for which job
+     * ({@code null}: none; the opener caps each job's stuck opens), and why an owner cannot be checked soundly here
+     * ({@code null}: it can; else every file with an owner to check is refused, {@link NoSecureOpen}).
      */
-    record Rules(String owner, OutputFileOpener opener) {
+    record Rules(String owner, OutputFileOpener opener, String job, String ownerUnsound) {
         /** Any owner, opened on the calling thread. */
         static final Rules ANY = new Rules(null, OutputFileOpener.DIRECT);
+
+        Rules(String owner, OutputFileOpener opener) {
+            this(owner, opener, null, null);
+        }
+    }
+
+    /** The kernel setting that keeps a user from hard-linking a file it neither owns nor may read and write. */
+    static final java.nio.file.Path PROTECTED_HARDLINKS = java.nio.file.Paths.get("/proc/sys/fs/protected_hardlinks");
+
+    /**
+     * Why the owner check of {@link #openPlainFiles} cannot be sound here, or {@code null} when it can. Java reads
+     * no attributes of an opened channel, so the check after the open reads them by name: a task that swaps a file
+     * in during the open and the checked one back before that check has the file it swapped in served. That file
+     * can only be a hard link the task made, which gives it nothing it could not read itself only when the kernel's
+     * {@code fs.protected_hardlinks} ({@code sysctl}, read at {@code sysctl}) is 1.
+     */
+    static String hardlinksUnprotected(java.nio.file.Path sysctl) {
+        String value;
+        try {
+            value = Files.readString(sysctl).trim();
+        } catch (IOException | RuntimeException e) {
+            return "the kernel's fs.protected_hardlinks cannot be read (" + sysctl + ": " + e + "), so a task could"
+                    + " have a hard link to another user's output served in spite of the owner check";
+        }
+        if ("1".equals(value)) {
+            return null;
+        }
+        return "the kernel's fs.protected_hardlinks is " + value + " (" + sysctl + "), not 1, so a task could have a"
+                + " hard link to another user's output served in spite of the owner check";
     }
 
     /** A file {@link #openPlainFiles} refused because it is not owned by the user it must be (security is on). */
@@ -194,11 +225,16 @@ final class LocalDirs {
      * relative to the last one, not following a link either, and checked to be a plain file (owned by
      * {@code rules.owner()} when that is set) through that directory before and after it is opened (the same file,
      * its length the opened one's). So what the caller reads or maps is a plain file reached from the local dir
-     * through directories only, whatever is swapped in those directories meanwhile. A FIFO swapped in between the
-     * check and the open would hold the opening thread until a writer opens it (Java opens blocking): the
+     * through directories only, whatever is swapped in those directories meanwhile. The check after the open reads
+     * the name again, not the opened channel (Java has no fstat of a channel): a file swapped in during the open
+     * and swapped out again before that check is what is opened. That file can only be a hard link a task made
+     * there: with an owner to check, files are served only when {@link #hardlinksUnprotected} says links give a
+     * task nothing it could not read ({@code rules.ownerUnsound()} otherwise). A FIFO swapped in between the check
+     * and the open would hold the opening thread until a writer opens it (Java opens blocking): the
      * {@link OutputFileOpener} bounds that.
      *
-     * @throws NoSecureOpen when this JVM cannot open files relative to a directory (not Linux)
+     * @throws NoSecureOpen when this JVM cannot open files relative to a directory (not Linux), or an owner is to be
+     *         checked and cannot be soundly ({@code rules.ownerUnsound()})
      * @throws WrongOwner when a file's owner is not {@code rules.owner()}
      * @throws IOException when a component is a link or not a directory, or a file is not a plain file
      */
@@ -207,6 +243,9 @@ final class LocalDirs {
         java.nio.file.Path rel = java.nio.file.Paths.get(relative).normalize();
         if (rel.isAbsolute() || rel.startsWith("..") || !path.endsWith(rel)) {
             throw new IOException(dir + " is not " + relative + " below a local dir");
+        }
+        if (rules.owner() != null && rules.ownerUnsound() != null) {
+            throw new NoSecureOpen(rules.ownerUnsound());
         }
         java.nio.file.Path localDir = path;
         for (int i = 0; i < rel.getNameCount(); i++) {
@@ -260,7 +299,7 @@ final class LocalDirs {
             throw new IOException(shown + " is not a plain file");
         }
         checkOwner(before, rules.owner(), shown);
-        SeekableByteChannel opened = rules.opener().open(dir, file, shown); // a link now: refused (ELOOP)
+        SeekableByteChannel opened = rules.opener().open(dir, file, shown, rules.job()); // a link now: refused (ELOOP)
         try {
             if (!(opened instanceof FileChannel channel)) {
                 throw new IOException(shown + " cannot be mapped (no FileChannel)");

@@ -86,6 +86,10 @@ final class ShuffleServer implements AutoCloseable {
      * {@code ShuffleHandler} opens them with {@code SecureIOUtils} then).
      */
     private final boolean ownerChecked;
+    /** Why the owner check cannot be sound on this kernel ({@code null}: it can, or security is off). */
+    private final String ownerUnsound;
+    /** Tests: where the kernel's {@code fs.protected_hardlinks} is read, when a server starts. */
+    static volatile java.nio.file.Path protectedHardlinks = LocalDirs.PROTECTED_HARDLINKS;
     /** How long a register worker waits for a map output file to open (a FIFO swapped in never opens). */
     static final long OPEN_BOUND_MS = 5000;
     /** Opens map output files within {@link #OPEN_BOUND_MS}. */
@@ -148,6 +152,10 @@ final class ShuffleServer implements AutoCloseable {
             throws IOException {
         this.port = port;
         this.ownerChecked = securityEnabled(conf);
+        this.ownerUnsound = ownerChecked ? LocalDirs.hardlinksUnprotected(protectedHardlinks) : null;
+        if (ownerUnsound != null && warnedNoSecureOpen.compareAndSet(false, true)) {
+            LOG.warn("rdma-shuffle: map outputs are served over HTTP only: {}", ownerUnsound);
+        }
         this.opener = new OutputFileOpener(OPEN_BOUND_MS, shown -> fileSteps.checked(shown), Integer.toString(port));
         this.jobs = new ServedJobs();
         this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf));
@@ -385,7 +393,9 @@ final class ShuffleServer implements AutoCloseable {
                 warnWrongOwner(attempt, e);
                 return MapState.GONE;
             } catch (OutputFileOpener.NotOpenedInTime e) { // a slow disk must not get the map rerun
-                LOG.warn("rdma-shuffle: the output of {} goes over HTTP: {}", attempt, e.getMessage());
+                if (!e.warned()) { // a job past its stuck opens is WARNed once
+                    LOG.warn("rdma-shuffle: the output of {} goes over HTTP: {}", attempt, e.getMessage());
+                }
                 return MapState.HTTP;
             } catch (IOException e) {
                 LOG.warn("rdma-shuffle: the output of {} is not served: {}", attempt, e.toString());
@@ -412,7 +422,9 @@ final class ShuffleServer implements AutoCloseable {
             warnWrongOwner(attempt, e);
             return MapState.GONE;
         } catch (OutputFileOpener.NotOpenedInTime e) {
-            LOG.warn("rdma-shuffle: the output of {} goes over HTTP: {}", attempt, e.getMessage());
+            if (!e.warned()) {
+                LOG.warn("rdma-shuffle: the output of {} goes over HTTP: {}", attempt, e.getMessage());
+            }
             return MapState.HTTP;
         } catch (IOException e) { // dropped from memory, and its file is gone or changed since it was registered
             LOG.warn("rdma-shuffle: cannot read the index of map {} attempt {} of job {} again: {}", m.mapIndex(),
@@ -428,7 +440,7 @@ final class ShuffleServer implements AutoCloseable {
 
     /** How {@code job}'s output files are opened: owned by its user when security is on, within the bound. */
     private LocalDirs.Rules rules(ServedJobs.Job job) {
-        return new LocalDirs.Rules(ownerChecked ? job.user : null, opener);
+        return new LocalDirs.Rules(ownerChecked ? job.user : null, opener, job.realm(), ownerUnsound);
     }
 
     /** One WARN a minute at most for outputs refused for their owner, with how many were since the last. */

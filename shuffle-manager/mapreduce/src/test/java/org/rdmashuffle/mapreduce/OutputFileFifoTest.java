@@ -113,4 +113,87 @@ class OutputFileFifoTest {
             Thread.sleep(10);
         }
     }
+
+    /** Registers {@code map}'s attempt 0 of {@code job} (outputs of {@link #SIZES}) and says its state. */
+    private byte register(ReducerClient client, int map) throws Exception {
+        RegisterProtocol.Reply reply = RunningService.register(client, fx.address(), MAPS, SIZES.length, REDUCE,
+                new MapAttempt(map, 0));
+        assertEquals(RegisterProtocol.OK, reply.status(), reply.reason());
+        return reply.maps()[0].state();
+    }
+
+    @Test
+    void shouldSendOnlyThatJobsOutputsOverHttpWhenItsStuckOpensReachTheirCap() throws Exception {
+        fx.server().opener().unblocks(false); // as for a FIFO the service may not write: its opens stay stuck
+        int stuckMaps = OutputFileOpener.MAX_STUCK_PER_JOB;
+        JobID greedy = fx.runJob(1, secret);
+        byte[] otherSecret = "secret-of-the-other".getBytes();
+        JobID other = fx.runJob(2, otherSecret);
+        Set<Path> fifos = ConcurrentHashMap.newKeySet();
+        for (int map = 0; map < stuckMaps; map++) {
+            fx.writeMapOutput(greedy, map, 0, map, SIZES);
+            if (map < stuckMaps) {
+                fifos.add(fx.attemptDir(greedy, map, 0).resolve(IndexCache.DATA));
+            }
+        }
+        byte[][] greedyPlain = fx.writeMapOutput(greedy, stuckMaps, 0, 7, SIZES);
+        byte[][] otherPlain = fx.writeMapOutput(other, 0, 0, 8, SIZES);
+        Set<Path> planted = Set.copyOf(fifos);
+        fx.server().fileSteps(new ShuffleServer.FileSteps() {
+            @Override
+            public void checked(String shown) {
+                Path file = Path.of(shown);
+                if (fifos.remove(file)) {
+                    swapForFifo(file);
+                }
+            }
+        });
+        try (LoggedWarnings logged = LoggedWarnings.of(OutputFileOpener.class)) {
+            try (ReducerClient client = fx.reducer(greedy, secret)) {
+                for (int map = 0; map < stuckMaps; map++) {
+                    assertEquals(RegisterProtocol.VIA_HTTP, register(client, map), "map " + map + ": a FIFO");
+                }
+                assertEquals(stuckMaps, fx.server().opener().opening(), "its opens stay stuck");
+                // Past its cap the job's plain outputs go over HTTP too, with one WARN for the job.
+                assertEquals(RegisterProtocol.VIA_HTTP, register(client, stuckMaps));
+                assertEquals(RegisterProtocol.VIA_HTTP, register(client, stuckMaps));
+                assertEquals(1, logged.messages().stream().filter(m -> m.contains("stuck")).count(),
+                        logged.messages().toString());
+            }
+            // Another job's outputs are registered and READ meanwhile.
+            try (ReducerClient client = fx.reducer(other, otherSecret)) {
+                assertEquals(RegisterProtocol.PUBLISHED, register(client, 0));
+                assertArrayEquals(otherPlain[REDUCE], read(client, 0));
+            }
+        } finally {
+            for (Path fifo : planted) { // a writer comes: the stuck opens return
+                try (var end = java.nio.channels.FileChannel.open(fifo, java.nio.file.StandardOpenOption.READ,
+                        java.nio.file.StandardOpenOption.WRITE)) {
+                    assertEquals(true, end.isOpen());
+                }
+            }
+        }
+        while (fx.server().opener().opening() > 0) {
+            Thread.sleep(10);
+        }
+        // Its opens returned: the job's outputs are served again.
+        try (ReducerClient client = fx.reducer(greedy, secret)) {
+            assertEquals(RegisterProtocol.PUBLISHED, register(client, stuckMaps));
+            assertArrayEquals(greedyPlain[REDUCE], read(client, stuckMaps));
+        }
+    }
+
+    private byte[] read(ReducerClient client, int map) throws Exception {
+        RegisterProtocol.Reply reply = RunningService.register(client, fx.address(), MAPS, SIZES.length, REDUCE,
+                new MapAttempt(map, 0));
+        assertEquals(RegisterProtocol.PUBLISHED, reply.maps()[0].state(), reply.reason());
+        try (BlockFetcher f = client.newFetcher(1)) {
+            f.add(new Request(fx.address(), reply.table(), map, 0, REDUCE, REDUCE + 1));
+            try (Block b = f.next()) {
+                byte[] bytes = new byte[(int) b.length()];
+                b.bytes().get(bytes);
+                return bytes;
+            }
+        }
+    }
 }
