@@ -627,8 +627,20 @@ class RdmaShuffleHandlerTest {
                 // every worker runs one and the queue is full
             }
             assertEquals(ShuffleServer.REGISTER_THREADS + ShuffleServer.REGISTER_QUEUE, taken);
-            try (ReducerClient client = reducer(job, secret)) {
+            try (ReducerClient first = reducer(job, secret); ReducerClient client = reducer(job, secret)) {
                 NodeAddress at = service(client);
+                // The job's first REGISTER waits (a job with none waiting is admitted); its next one is busy.
+                java.util.concurrent.CompletableFuture<RegisterProtocol.Reply> admitted =
+                        java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+                            try {
+                                return register(first, at, 1, new MapAttempt(0, 0));
+                            } catch (Exception e) {
+                                throw new java.util.concurrent.CompletionException(e);
+                            }
+                        }, r -> new Thread(r).start());
+                while (service.server().registersWaiting() <= ShuffleServer.REGISTER_QUEUE && !admitted.isDone()) {
+                    Thread.sleep(5);
+                }
                 RegisterProtocol.Reply busy = register(client, at, 0, new MapAttempt(0, 0));
                 assertEquals(RegisterProtocol.BUSY, busy.status(), busy.reason());
                 assertEquals(1, service.server().busyReplies());
@@ -648,6 +660,7 @@ class RdmaShuffleHandlerTest {
                 assertEquals(null, client.httpReason(host), "a busy service sent the host to HTTP for good");
 
                 release.countDown(); // the workers are free again: the next turn's REGISTER is answered
+                assertEquals(RegisterProtocol.OK, admitted.get(60, java.util.concurrent.TimeUnit.SECONDS).status());
                 assertEquals(RegisterProtocol.OK, register(client, at, 0, new MapAttempt(0, 0)).status());
 
                 // A job the service does not know (yet: a restarted service): this batch and the rest over HTTP,
