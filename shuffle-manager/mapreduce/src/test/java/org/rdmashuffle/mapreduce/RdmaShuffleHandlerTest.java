@@ -681,6 +681,19 @@ class RdmaShuffleHandlerTest {
                 assertFalse(fetcher.refused(host, at, bad, batch, left, rest));
                 assertEquals(java.util.List.of(batch.get(0), next), rest);
                 assertNotNull(client.httpReason(host));
+
+                // No room for the job's output table on another host: that host's maps of this job over HTTP, with
+                // its own reason (not a service that is down: no wait, nothing counted as unreachable).
+                org.apache.hadoop.mapreduce.task.reduce.MapHost full = new org.apache.hadoop.mapreduce.task.reduce.MapHost(
+                        "127.0.0.2:13562", "http://127.0.0.2:13562/mapOutput?job=" + job + "&reduce=0&map=");
+                RegisterProtocol.Reply noRoom = RegisterProtocol.parseReply(RegisterProtocol.encodeRefusal(
+                        RegisterProtocol.NO_ROOM, "its output table cannot be registered here"), 1);
+                left.add(next);
+                java.util.List<TaskAttemptID> fullViaHttp = new java.util.ArrayList<>();
+                assertFalse(fetcher.refused(full, at, noRoom, batch, left, fullViaHttp));
+                assertEquals(java.util.List.of(batch.get(0), next), fullViaHttp);
+                assertTrue(client.httpReason(full).contains("no room for this job"), client.httpReason(full));
+                assertEquals(null, client.busyReason(full), "a service with no room was taken as down");
             }
         } finally {
             release.countDown();
