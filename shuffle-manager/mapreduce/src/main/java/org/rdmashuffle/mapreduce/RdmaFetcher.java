@@ -259,7 +259,8 @@ final class RdmaFetcher<K, V> extends Thread {
      * What a REGISTER of {@code batch} that {@code host}'s service did not answer OK means. Busy (every register
      * worker taken): that batch goes over HTTP this turn, the rest of the host's maps are asked for as usual, and
      * the host is not sent to HTTP for good, so its next turn asks again. An unknown job (a service that restarted
-     * and does not know the job yet): the host's outputs go over HTTP for a while, then READs are tried again. Any
+     * and does not know the job yet): the host's outputs go over HTTP for a while, then READs are tried again. No
+     * room for the job's output table there: this job's outputs on that host go over HTTP from now on. Any
      * other refusal (a request the service calls bad): the host's outputs go over HTTP from now on. Either way this
      * batch and the rest go over HTTP now.
      *
@@ -273,6 +274,9 @@ final class RdmaFetcher<K, V> extends Thread {
         }
         if (reply.status() == RegisterProtocol.UNKNOWN_JOB) {
             client.later(host, service, ReducerClient.Later.DOWN, "it does not know the job: " + reply.reason());
+        } else if (reply.status() == RegisterProtocol.NO_ROOM) { // up and answering: this job does not fit there
+            client.useHttp(host, "its rdma-shuffle service at " + service + " has no room for this job: "
+                    + reply.reason());
         } else {
             client.useHttp(host, "its rdma-shuffle service at " + service + " refused: " + reply.reason());
         }

@@ -38,6 +38,12 @@ final class RegisterProtocol {
      * and fetches from that NodeManager over HTTP from then on).
      */
     static final byte BUSY = 3;
+    /**
+     * The service has no room for the job's output table (its bound on tables, a job's share of it, or the cap on
+     * registered bytes; the reason names the key): this job's maps on that NodeManager are fetched over HTTP (a
+     * reducer older than this status takes it as any refusal, with the same effect).
+     */
+    static final byte NO_ROOM = 4;
 
     /** The attempt's output is in the table (its slot says registered or left to HTTP). */
     static final byte PUBLISHED = 0;

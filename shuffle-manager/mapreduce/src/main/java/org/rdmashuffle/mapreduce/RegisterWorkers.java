@@ -24,8 +24,11 @@ import org.slf4j.LoggerFactory;
  * job, a worker takes only a job no other worker is serving (a job occupies one worker at most, however many of its
  * REGISTERs wait), one REGISTER at a time, and a job with more waiting goes to the back of the jobs' line
  * (round-robin). So one job's slow disk or flood of REGISTERs holds one worker and its own REGISTERs, never another
- * job's. At most {@code maxWaiting} REGISTERs wait in all and {@code maxWaitingPerJob} of one job; past either the
- * REGISTER is refused at once ({@link #submit} says why; the service answers it busy).
+ * job's. At most {@code maxWaitingPerJob} REGISTERs of one job wait; and when {@code maxWaiting} wait in all, a
+ * REGISTER of a job that has one waiting already is refused, but one of a job with none waiting is still admitted
+ * (so jobs at their share never shut another job out; the total stays within {@code maxWaiting} plus one per job
+ * the service knows). A refused REGISTER is refused at once ({@link #submit} says why; the service answers it
+ * busy). A REGISTER whose reply was given up on while it waited (its future cancelled) is skipped unrun.
  *
  * <p>Threads: {@link #submit} on the node's transport thread (never blocks: it queues or refuses); the work on the
  * workers; {@link #close} on the thread stopping the service.
@@ -36,6 +39,11 @@ final class RegisterWorkers implements AutoCloseable {
     /** A REGISTER waiting for a worker: run there, or refused (the service stops) without running. */
     interface Work extends Runnable {
         void refuse(String reason);
+
+        /** Whether nobody waits for this work any more (its reply cancelled): a worker skips it. */
+        default boolean abandoned() {
+            return false;
+        }
     }
 
     private final int maxWaiting;
@@ -49,6 +57,8 @@ final class RegisterWorkers implements AutoCloseable {
     private int waiting;
     private boolean closed;
     private final AtomicLong busyReplies = new AtomicLong();
+    /** REGISTERs skipped unrun because their reply was cancelled while they waited. */
+    private final AtomicLong skipped = new AtomicLong();
 
     RegisterWorkers(int threads, int maxWaiting, int maxWaitingPerJob, String name) {
         this.maxWaiting = maxWaiting;
@@ -67,16 +77,22 @@ final class RegisterWorkers implements AutoCloseable {
      * @return null when queued, else why it is refused (the service is stopping, too many wait)
      */
     String submit(Object job, Work work) {
+        return submit(job, work, true);
+    }
+
+    /** {@link #submit(Object, Work)}; without {@code firstAdmitted}, the global limit holds for a job's first too. */
+    private String submit(Object job, Work work, boolean firstAdmitted) {
         synchronized (lock) {
             if (closed) {
                 return "the service is stopping";
             }
-            if (waiting >= maxWaiting) {
-                return maxWaiting + " REGISTERs are waiting already";
-            }
             Turn t = turns.get(job);
-            if (t != null && t.waiting.size() >= maxWaitingPerJob) {
+            int ofJob = t == null ? 0 : t.waiting.size();
+            if (ofJob >= maxWaitingPerJob) {
                 return maxWaitingPerJob + " REGISTERs of this job are waiting already";
+            }
+            if (waiting >= maxWaiting && (ofJob > 0 || !firstAdmitted)) {
+                return maxWaiting + " REGISTERs are waiting already";
             }
             if (t == null) {
                 t = new Turn(job);
@@ -156,6 +172,11 @@ final class RegisterWorkers implements AutoCloseable {
         public void refuse(String reason) {
             reply.complete(RegisterProtocol.encodeRefusal(RegisterProtocol.BUSY, reason));
         }
+
+        @Override
+        public boolean abandoned() {
+            return reply.isCancelled();
+        }
     }
 
     /** REGISTERs answered {@link RegisterProtocol#BUSY} so far. */
@@ -165,7 +186,8 @@ final class RegisterWorkers implements AutoCloseable {
 
     /**
      * The workers as an executor, each task given as a job of its own (tests fill them to see what a REGISTER gets
-     * meanwhile); a task past the waiting limit is refused with {@link RejectedExecutionException}.
+     * meanwhile); a task past the waiting limit in all is refused with {@link RejectedExecutionException} (a job's
+     * first REGISTER is not exempt here).
      */
     Executor asExecutor() {
         return work -> {
@@ -178,11 +200,16 @@ final class RegisterWorkers implements AutoCloseable {
                 @Override
                 public void refuse(String reason) {
                 }
-            });
+            }, false);
             if (full != null) {
                 throw new RejectedExecutionException(full);
             }
         };
+    }
+
+    /** REGISTERs skipped unrun so far: their reply was cancelled while they waited (tests). */
+    long skipped() {
+        return skipped.get();
     }
 
     /** REGISTERs waiting for a worker now (tests). */
@@ -213,7 +240,9 @@ final class RegisterWorkers implements AutoCloseable {
                 }
             }
             try {
-                if (w != null) {
+                if (w != null && w.abandoned()) {
+                    skipped.incrementAndGet(); // its reducer gave up on it: no disk work for nobody
+                } else if (w != null) {
                     w.run();
                 }
             } catch (Throwable t) { // the work answers its own failures; this keeps the worker going

@@ -33,8 +33,9 @@ import org.slf4j.LoggerFactory;
  * events on the NodeManager's dispatcher (never waiting for a job's lock, nor deregistering a stopped job's
  * outputs: its own thread does, {@link #dropJob}); REGISTER on the register workers ({@link RegisterWorkers}:
  * {@value #REGISTER_THREADS} threads, a job on one of them at most, round-robin across jobs; at most
- * {@value #REGISTER_QUEUE} waiting, {@value #REGISTER_QUEUE_PER_JOB} of one job; past that a reducer is answered
- * {@link RegisterProtocol#BUSY} and fetches that batch over HTTP this time), never on the node's transport thread: a
+ * {@value #REGISTER_QUEUE} waiting (a job with none waiting is admitted still), {@value #REGISTER_QUEUE_PER_JOB} of
+ * one job; past that a reducer is answered {@link RegisterProtocol#BUSY} and fetches that batch over HTTP this
+ * time), never on the node's transport thread: a
  * REGISTER reads index files, and a slow disk must not delay the READs of every job, nor one job's disk the
  * REGISTERs of the others; its connection waits for the reply meanwhile, every other is served. A REGISTER reads
  * its files without its job's lock and takes it to publish and record. A REGISTER's map output files are opened on
@@ -62,7 +63,10 @@ final class ShuffleServer implements AutoCloseable {
     private int holders;
     /** REGISTERs running at once at most (of different jobs: a job runs on one worker at most). */
     static final int REGISTER_THREADS = 2;
-    /** REGISTERs waiting for a register worker at most; one more is answered {@link RegisterProtocol#BUSY}. */
+    /**
+     * REGISTERs waiting for a register worker at most; one more is answered {@link RegisterProtocol#BUSY} unless its
+     * job has none waiting (then it waits: jobs at their share never shut another job out).
+     */
     static final int REGISTER_QUEUE = 64;
     /** REGISTERs of one job waiting at most; one more of that job is answered {@link RegisterProtocol#BUSY}. */
     static final int REGISTER_QUEUE_PER_JOB = 16;
@@ -307,7 +311,7 @@ final class ShuffleServer implements AutoCloseable {
                 LOG.warn("rdma-shuffle: job {} is served over HTTP on this NodeManager: its output table cannot be"
                         + " registered here: {}", realm, why);
             }
-            return RegisterProtocol.encodeRefusal(RegisterProtocol.UNKNOWN_JOB, "its output table cannot be"
+            return RegisterProtocol.encodeRefusal(RegisterProtocol.NO_ROOM, "its output table cannot be"
                     + " registered here: " + why);
         }
         if (table == null) {
@@ -332,15 +336,22 @@ final class ShuffleServer implements AutoCloseable {
     /**
      * {@code shuffleId}'s output table, created if it is not yet and the tables of every job together stay within
      * {@link MapReduceRdmaConf#MAX_TABLE_BYTES} ({@code numMaps} is the job's reducers' claim: 32 bytes of direct
-     * memory per map, held until the job stops); null when the job's shuffle was unregistered here (it stopped).
+     * memory per map, held until the job stops), and one job's table within half of it ({@link #jobTableBytes}), so
+     * one reducer's claim cannot take the whole bound; null when the job's shuffle was unregistered here (it stopped).
      *
-     * @throws IOException when the table does not fit that bound or the registered-bytes cap (it names the key)
+     * @throws IOException when the table does not fit those bounds or the registered-bytes cap (it names the key)
      */
     private RegisteredOutputTable tableOf(int shuffleId, int numMaps) throws IOException {
         synchronized (tableBudget) { // the check and the creation are one step among jobs
             if (!server.shufflesWithTable().contains(shuffleId)) {
                 long bytes = RegisteredOutputTable.tableBytes(numMaps);
                 long held = server.tableBytes();
+                long perJob = jobTableBytes(maxTableBytes);
+                if (bytes > perJob) {
+                    throw new IOException("its table of " + numMaps + " maps (" + bytes + " bytes) would pass one"
+                            + " job's share, half of " + MapReduceRdmaConf.MAX_TABLE_BYTES + " (" + perJob + " of "
+                            + maxTableBytes + " bytes)");
+                }
                 if (held + bytes > maxTableBytes) {
                     throw new IOException("its table of " + numMaps + " maps (" + bytes + " bytes) would pass "
                             + MapReduceRdmaConf.MAX_TABLE_BYTES + " (" + maxTableBytes + " bytes; " + held
@@ -349,6 +360,11 @@ final class ShuffleServer implements AutoCloseable {
             }
             return server.table(shuffleId, numMaps);
         }
+    }
+
+    /** One job's output table at most: half of {@code maxTableBytes}, and never less than a table of one map. */
+    static long jobTableBytes(long maxTableBytes) {
+        return Math.max(RegisteredOutputTable.tableBytes(1), maxTableBytes / 2);
     }
 
     /**

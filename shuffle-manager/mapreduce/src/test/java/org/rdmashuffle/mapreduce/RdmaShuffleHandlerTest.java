@@ -660,8 +660,20 @@ class RdmaShuffleHandlerTest {
                 // every worker runs one and the queue is full
             }
             assertEquals(ShuffleServer.REGISTER_THREADS + ShuffleServer.REGISTER_QUEUE, taken);
-            try (ReducerClient client = reducer(job, secret)) {
+            try (ReducerClient first = reducer(job, secret); ReducerClient client = reducer(job, secret)) {
                 NodeAddress at = service(client);
+                // The job's first REGISTER waits (a job with none waiting is admitted); its next one is busy.
+                java.util.concurrent.CompletableFuture<RegisterProtocol.Reply> admitted =
+                        java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+                            try {
+                                return register(first, at, 1, new MapAttempt(0, 0));
+                            } catch (Exception e) {
+                                throw new java.util.concurrent.CompletionException(e);
+                            }
+                        }, r -> new Thread(r).start());
+                while (service.server().registersWaiting() <= ShuffleServer.REGISTER_QUEUE && !admitted.isDone()) {
+                    Thread.sleep(5);
+                }
                 RegisterProtocol.Reply busy = register(client, at, 0, new MapAttempt(0, 0));
                 assertEquals(RegisterProtocol.BUSY, busy.status(), busy.reason());
                 assertEquals(1, service.server().busyReplies());
@@ -681,6 +693,7 @@ class RdmaShuffleHandlerTest {
                 assertEquals(null, client.httpReason(host), "a busy service sent the host to HTTP for good");
 
                 release.countDown(); // the workers are free again: the next turn's REGISTER is answered
+                assertEquals(RegisterProtocol.OK, admitted.get(60, java.util.concurrent.TimeUnit.SECONDS).status());
                 assertEquals(RegisterProtocol.OK, register(client, at, 0, new MapAttempt(0, 0)).status());
 
                 // A job the service does not know (yet: a restarted service): this batch and the rest over HTTP,
@@ -701,6 +714,19 @@ class RdmaShuffleHandlerTest {
                 assertFalse(fetcher.refused(host, at, bad, batch, left, rest));
                 assertEquals(java.util.List.of(batch.get(0), next), rest);
                 assertNotNull(client.httpReason(host));
+
+                // No room for the job's output table on another host: that host's maps of this job over HTTP, with
+                // its own reason (not a service that is down: no wait, nothing counted as unreachable).
+                org.apache.hadoop.mapreduce.task.reduce.MapHost full = new org.apache.hadoop.mapreduce.task.reduce.MapHost(
+                        "127.0.0.2:13562", "http://127.0.0.2:13562/mapOutput?job=" + job + "&reduce=0&map=");
+                RegisterProtocol.Reply noRoom = RegisterProtocol.parseReply(RegisterProtocol.encodeRefusal(
+                        RegisterProtocol.NO_ROOM, "its output table cannot be registered here"), 1);
+                left.add(next);
+                java.util.List<TaskAttemptID> fullViaHttp = new java.util.ArrayList<>();
+                assertFalse(fetcher.refused(full, at, noRoom, batch, left, fullViaHttp));
+                assertEquals(java.util.List.of(batch.get(0), next), fullViaHttp);
+                assertTrue(client.httpReason(full).contains("no room for this job"), client.httpReason(full));
+                assertEquals(null, client.busyReason(full), "a service with no room was taken as down");
             }
         } finally {
             release.countDown();

@@ -39,6 +39,8 @@ class RegisterFairnessTest {
     private RdmaShuffleHandler service;
     private int port;
     private final List<ReducerClient> clients = new ArrayList<>();
+    /** A thread per REGISTER under way (each blocks on its reply; the common pool may have one thread). */
+    private final java.util.concurrent.ExecutorService callers = java.util.concurrent.Executors.newCachedThreadPool();
 
     @BeforeEach
     void start() throws Exception {
@@ -54,6 +56,7 @@ class RegisterFairnessTest {
             clients.get(i).close();
         }
         service.stop();
+        callers.shutdownNow();
     }
 
     private ReducerClient client(JobID job, byte[] secret) throws Exception {
@@ -73,7 +76,7 @@ class RegisterFairnessTest {
             } catch (Exception e) {
                 throw new CompletionException(e);
             }
-        });
+        }, callers);
     }
 
     /** Holds the register worker that reaches {@code step} for a file under {@code appDir} until released. */
@@ -146,6 +149,74 @@ class RegisterFairnessTest {
             RegisterProtocol.Reply r = f.get(60, TimeUnit.SECONDS);
             assertEquals(RegisterProtocol.OK, r.status(), r.reason());
             assertEquals(RegisterProtocol.PUBLISHED, r.maps()[0].state());
+        }
+    }
+
+    @Test
+    void shouldAdmitAnotherJobsRegisterWhenFourJobsWithSlowDisksHoldEveryWaitingPlace() throws Exception {
+        int jobs = ShuffleServer.REGISTER_QUEUE / ShuffleServer.REGISTER_QUEUE_PER_JOB; // 4 fill the queue
+        JobID[] ids = new JobID[jobs + 1];
+        byte[][] secrets = new byte[jobs + 1][];
+        for (int j = 0; j <= jobs; j++) {
+            secrets[j] = ("job" + j).getBytes();
+            ids[j] = ServiceFixture.initJob(service, USER, 10 + j, secrets[j]);
+            ServiceFixture.writeMapOutput(dir.resolve("nm1"), USER, ids[j], 0, 0, 4, j);
+            ServiceFixture.writeMapOutput(dir.resolve("nm1"), USER, ids[j], 1, 0, 4, 10 + j);
+        }
+        CountDownLatch entered = new CountDownLatch(ShuffleServer.REGISTER_THREADS);
+        CountDownLatch release = new CountDownLatch(1);
+        service.server().fileSteps(new ShuffleServer.FileSteps() {
+            @Override
+            public void located(File index, File data) {
+                for (int j = 0; j < jobs; j++) {
+                    if (index.getPath().contains(appDir(10 + j))) { // the first four jobs' disks are slow
+                        entered.countDown();
+                        try {
+                            release.await();
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                        }
+                        return;
+                    }
+                }
+            }
+        });
+        List<CompletableFuture<RegisterProtocol.Reply>> held = new ArrayList<>();
+        CompletableFuture<RegisterProtocol.Reply> fifth;
+        try {
+            for (int j = 0; j < ShuffleServer.REGISTER_THREADS; j++) { // every worker held on a slow disk
+                held.add(registerAsync(client(ids[j], secrets[j]), 0, 0));
+            }
+            assertTrue(entered.await(60, TimeUnit.SECONDS), "the slow jobs' REGISTERs never reached their disks");
+            for (int j = 0; j < jobs; j++) { // each slow job at its share of waiting REGISTERs
+                for (int i = 0; i < ShuffleServer.REGISTER_QUEUE_PER_JOB; i++) {
+                    held.add(registerAsync(client(ids[j], secrets[j]), i % 4, 1));
+                }
+            }
+            while (service.server().registersWaiting() < ShuffleServer.REGISTER_QUEUE) {
+                Thread.sleep(20); // they arrive over their connections
+            }
+            fifth = registerAsync(client(ids[jobs], secrets[jobs]), 0, 0);
+            while (!fifth.isDone() && service.server().registersWaiting() <= ShuffleServer.REGISTER_QUEUE) {
+                Thread.sleep(20);
+            }
+            if (fifth.isDone()) {
+                throw new AssertionError("a fifth job's first REGISTER was not admitted: " + fifth.get());
+            }
+            // Its second, with one of its own waiting and the queue full, is answered busy.
+            RegisterProtocol.Reply second = registerAsync(client(ids[jobs], secrets[jobs]), 1, 1)
+                    .get(60, TimeUnit.SECONDS);
+            assertEquals(RegisterProtocol.BUSY, second.status(), second.reason());
+            assertTrue(second.reason().contains(ShuffleServer.REGISTER_QUEUE + " REGISTERs are waiting"),
+                    second.reason());
+        } finally {
+            release.countDown();
+        }
+        RegisterProtocol.Reply r = fifth.get(60, TimeUnit.SECONDS);
+        assertEquals(RegisterProtocol.OK, r.status(), r.reason());
+        assertEquals(RegisterProtocol.PUBLISHED, r.maps()[0].state());
+        for (CompletableFuture<RegisterProtocol.Reply> f : held) {
+            assertEquals(RegisterProtocol.OK, f.get(60, TimeUnit.SECONDS).status());
         }
     }
 

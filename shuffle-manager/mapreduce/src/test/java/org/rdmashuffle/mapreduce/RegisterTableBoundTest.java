@@ -18,8 +18,8 @@ import org.rdmashuffle.transport.NodeAddress;
 
 /**
  * A job's output table is sized by the map count its reducers claim (32 bytes per map): the service holds tables
- * within {@code maxTableBytes}, charged to {@code maxRegisteredOutputBytes} too; a job whose table does not fit is
- * served over HTTP there.
+ * within {@code maxTableBytes}, one job's within half of it, charged to {@code maxRegisteredOutputBytes} too; a job
+ * whose table does not fit is answered {@link RegisterProtocol#NO_ROOM} (served over HTTP there).
  */
 @Timeout(120)
 class RegisterTableBoundTest {
@@ -70,7 +70,7 @@ class RegisterTableBoundTest {
         long before = direct();
         for (int j = 1; j <= 4; j++) { // 32 MiB each, claimed; no output of theirs on this NodeManager
             RegisterProtocol.Reply r = register(j, RegisterProtocol.MAX_MAPS);
-            assertEquals(RegisterProtocol.UNKNOWN_JOB, r.status(), "a table of 2^20 maps was registered");
+            assertEquals(RegisterProtocol.NO_ROOM, r.status(), "a table of 2^20 maps was registered");
             assertTrue(r.reason().contains(MapReduceRdmaConf.MAX_TABLE_BYTES), r.reason());
         }
         assertEquals(0, service.server().outputs().tableBytes());
@@ -82,6 +82,24 @@ class RegisterTableBoundTest {
         assertEquals(RegisterProtocol.OK, small.status(), small.reason());
         assertEquals(RegisterProtocol.MISSING, small.maps()[0].state());
         assertEquals(32_000, service.server().outputs().tableBytes());
+    }
+
+    @Test
+    void shouldRefuseOneJobsClaimPastHalfTheBoundWhileAnotherJobStillFitsWhenMaxTableBytesIsSet() throws Exception {
+        start(MapReduceRdmaConf.MAX_TABLE_BYTES, "1m"); // 32,768 maps in all, 16,384 of one job
+        RegisterProtocol.Reply greedy = register(1, 20_000); // 640,000 bytes: fits the bound, not one job's share
+        assertEquals(RegisterProtocol.NO_ROOM, greedy.status(), "one job's claim took more than half the bound");
+        assertTrue(greedy.reason().contains("half of " + MapReduceRdmaConf.MAX_TABLE_BYTES), greedy.reason());
+        assertEquals(0, service.server().outputs().tableBytes());
+
+        for (int j = 2; j <= 3; j++) { // 512 KiB each: a job's share, and two fill the bound
+            RegisterProtocol.Reply r = register(j, 16_384);
+            assertEquals(RegisterProtocol.OK, r.status(), r.reason());
+        }
+        assertEquals(1L << 20, service.server().outputs().tableBytes());
+        RegisterProtocol.Reply full = register(4, 1);
+        assertEquals(RegisterProtocol.NO_ROOM, full.status(), "a table past the bound was registered");
+        assertTrue(full.reason().contains("held by other jobs"), full.reason());
     }
 
     @Test
@@ -99,7 +117,7 @@ class RegisterTableBoundTest {
     void shouldChargeOutputTablesToMaxRegisteredOutputBytesWhenItIsSet() throws Exception {
         start(MapReduceRdmaConf.PREFIX + "maxRegisteredOutputBytes", "1m");
         RegisterProtocol.Reply r = register(1, 1 << 16); // 2 MiB of table
-        assertEquals(RegisterProtocol.UNKNOWN_JOB, r.status(), "a table past the registered-bytes cap was registered");
+        assertEquals(RegisterProtocol.NO_ROOM, r.status(), "a table past the registered-bytes cap was registered");
         assertTrue(r.reason().contains(MapReduceRdmaConf.PREFIX + "maxRegisteredOutputBytes"), r.reason());
         assertEquals(0, service.server().outputs().tableBytes());
 

@@ -123,7 +123,11 @@ class RegisterWorkersTest {
             assertEquals("2 REGISTERs of this job are waiting already", share);
             assertNull(workers.submit("b", work("b1", ran, gate, refused)));
             assertNull(workers.submit("c", work("c1", ran, gate, refused)));
-            assertEquals("4 REGISTERs are waiting already", workers.submit("d", work("d1", ran, gate, refused)));
+            // 4 wait in all: a job with none waiting is still admitted, a job with one waiting is not.
+            assertNull(workers.submit("d", work("d1", ran, gate, refused)));
+            assertEquals(5, workers.waiting());
+            assertEquals("4 REGISTERs are waiting already", workers.submit("d", work("d2", ran, gate, refused)));
+            assertEquals("4 REGISTERs are waiting already", workers.submit("b", work("b2", ran, gate, refused)));
         } finally {
             workers.close(0); // refuses what waits; a1 still holds the worker
             gate.countDown();
@@ -131,8 +135,45 @@ class RegisterWorkersTest {
             workers.close();
         }
         assertEquals(List.of("a1"), ran);
-        assertEquals(4, refused.size(), refused.toString());
+        assertEquals(5, refused.size(), refused.toString());
         assertTrue(refused.stream().allMatch(r -> r.endsWith("the service is stopping")), refused.toString());
         assertEquals("the service is stopping", workers.submit("e", work("e1", ran, gate, refused)));
+    }
+
+    @Test
+    void shouldSkipAWaitingRegisterWhenItsReplyWasCancelled() throws Exception {
+        List<String> ran = Collections.synchronizedList(new ArrayList<>());
+        CountDownLatch gate = new CountDownLatch(1);
+        CountDownLatch entered = new CountDownLatch(1);
+        RegisterWorkers workers = new RegisterWorkers(1, 4, 2, "test-register");
+        try {
+            org.rdmashuffle.transport.ControlHandler handler = workers.handler((realm, request) -> {
+                entered.countDown();
+                try {
+                    gate.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                ran.add(realm);
+                return java.nio.ByteBuffer.allocate(1);
+            });
+            java.util.concurrent.CompletableFuture<java.nio.ByteBuffer> first =
+                    handler.onMessageAsync("a", java.nio.ByteBuffer.allocate(1));
+            assertTrue(entered.await(30, TimeUnit.SECONDS), "the first REGISTER never ran");
+            java.util.concurrent.CompletableFuture<java.nio.ByteBuffer> gone =
+                    handler.onMessageAsync("b", java.nio.ByteBuffer.allocate(1));
+            java.util.concurrent.CompletableFuture<java.nio.ByteBuffer> kept =
+                    handler.onMessageAsync("c", java.nio.ByteBuffer.allocate(1));
+            assertTrue(gone.cancel(false)); // its reducer gave up (its connection closed) while it waited
+            gate.countDown();
+            kept.get(30, TimeUnit.SECONDS);
+            first.get(30, TimeUnit.SECONDS);
+            assertEquals(List.of("a", "c"), ran, "a REGISTER whose reply was cancelled still did its work");
+            assertEquals(1, workers.skipped());
+        } finally {
+            gate.countDown();
+            workers.close(30_000);
+            workers.close();
+        }
     }
 }
