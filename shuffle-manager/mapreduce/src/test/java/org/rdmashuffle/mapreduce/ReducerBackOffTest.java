@@ -44,6 +44,7 @@ class ReducerBackOffTest {
     private static final int MAGIC = 0x52445348; // the tcp provider's "RDSH" (docs/wire-format.md)
     private static final Pattern WAIT = Pattern.compile("\\(for (\\d+) ms after");
 
+    /** A NodeManager nobody connects to (the back-off alone is asserted). */
     private static MapHost host(int i) {
         return new MapHost("10.0.0." + i + ":13562", "http://10.0.0." + i + ":13562/mapOutput?job=x&reduce=0&map=");
     }
@@ -80,7 +81,8 @@ class ReducerBackOffTest {
             String verdict) throws Exception {
         try (ServerSocket fake = new ServerSocket(0, 5, InetAddress.getLoopbackAddress())) {
             Thread answering = new Thread(() -> {
-                try (Socket s = fake.accept(); InputStream in = s.getInputStream(); OutputStream out = s.getOutputStream()) {
+                try (Socket s = fake.accept(); InputStream in = s.getInputStream();
+                     OutputStream out = s.getOutputStream()) {
                     in.readNBytes(24); // the HELLO's fixed part
                     ByteBuffer challenge = ByteBuffer.allocate(24).putInt(status < 0 ? 0x48545450 : MAGIC)
                             .putShort((short) 4).putShort((short) status);
@@ -96,7 +98,7 @@ class ReducerBackOffTest {
             AtomicLong now = new AtomicLong(1_000_000_000L);
             try (ReducerClient reducer = new ReducerClient(EchoService.conf(fake.getLocalPort()), JOB, TOKEN, now::get,
                     () -> 0.5)) {
-                MapHost host = host(1);
+                MapHost host = new MapHost("127.0.0.1:13562", "http://127.0.0.1:13562/mapOutput?job=x&reduce=0&map=");
                 NodeAddress service = reducer.serviceOf(host);
                 IOException e = assertThrows(IOException.class, () -> EchoService.echo(reducer, service, "r"));
                 if (reason.equals("BUSY")) {
