@@ -28,6 +28,8 @@ final class KeyNames {
     final String replyUnread;
     final String idleNotReading;
     final String idle;
+    /** What a handshake refused as authentication on at one side only means: Spark's key, or no key. */
+    final String authMismatch;
     /** Why a draining connection is closed. */
     final String drainLate;
 
@@ -51,6 +53,9 @@ final class KeyNames {
         replyUnread = "one reply was not read within " + idleTimeout + " (a reader that trickles)";
         idleNotReading = "no byte moved for " + idleTimeout + " (the peer stopped reading its replies)";
         idle = "no byte moved for " + idleTimeout + " (idle)";
+        // Spark's key on a Spark executor; a MapReduce service authenticates with each job's token (no key).
+        authMismatch = conf.keyPrefix().equals(RdmaShuffleConf.PREFIX)
+                ? "one side has spark.authenticate on and the other off" : Wire.AUTH_MISMATCH;
         drainLate = "peer did not close within " + connectTimeout + " after an error reply";
     }
 }

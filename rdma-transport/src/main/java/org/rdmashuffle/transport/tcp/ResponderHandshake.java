@@ -226,7 +226,8 @@ final class ResponderHandshake {
     private void refuse(ServedConnection c, int status, String why) {
         responder.connectionsRefused++;
         handshakeLog.warn("refused connection from {}: {}{}", c.remote,
-                why != null ? why : status == Wire.HS_BUSY ? responder.limits.keys().busy : Wire.handshakeStatus(status),
+                why != null ? why : status == Wire.HS_BUSY ? responder.limits.keys().busy
+                        : Wire.handshakeStatus(status, null, responder.limits.keys()),
                 c.realm == null ? "" : " (realm " + Realms.printable(c.realm) + ")");
         c.clientNonce = null;
         c.serverNonce = null;

@@ -14,6 +14,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.pool.Registrar;
+import org.rdmashuffle.transport.HandshakeRefusedException;
+import org.rdmashuffle.transport.HandshakeRefusedException.Reason;
 import org.rdmashuffle.transport.Mappings;
 import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
@@ -168,7 +170,8 @@ public final class TcpNode implements RdmaNode {
             try {
                 return openChannel(peer);
             } catch (HandshakeRefused e) {
-                throw new TransportException("connection to " + peer + " refused at handshake: " + e.getMessage(), e);
+                throw new HandshakeRefusedException("connection to " + peer + " refused at handshake: "
+                        + e.getMessage(), e.reason, e);
             } catch (IOException e) {
                 last = e;
                 LOG.debug("connect attempt {}/{} to {} failed: {}", a, attempts, peer, e.toString());
@@ -237,7 +240,7 @@ public final class TcpNode implements RdmaNode {
             ByteBuffer challenge = ByteBuffer.allocate(Wire.CHALLENGE_BYTES);
             receive(sc, sel, challenge, deadline);
             if (challenge.getInt() != Wire.MAGIC) {
-                throw new IOException("peer is not an rdma-shuffle tcp node");
+                throw new HandshakeRefused("peer is not an rdma-shuffle tcp node", Reason.NOT_RDMA_SHUFFLE);
             }
             challenge.getShort();
             int status = challenge.getShort();
@@ -245,10 +248,11 @@ public final class TcpNode implements RdmaNode {
                 throw new Busy(keys.busy); // worth a retry
             }
             if (status == Wire.HS_OTHER_ADDRESS) {
-                throw new HandshakeRefused("this node dialled " + dialled + ", and " + Wire.handshakeStatus(status));
+                throw new HandshakeRefused("this node dialled " + dialled + ", and " + Wire.handshakeStatus(status),
+                        Reason.OTHER_ADDRESS);
             }
             if (status != Wire.HS_OK) {
-                throw new HandshakeRefused(Wire.handshakeStatus(status, realmName));
+                throw new HandshakeRefused(Wire.handshakeStatus(status, realmName, keys), Wire.reason(status));
             }
             byte[] serverNonce = new byte[Wire.NONCE_BYTES];
             challenge.get(serverNonce);
@@ -263,14 +267,15 @@ public final class TcpNode implements RdmaNode {
                 throw new Busy(keys.busy); // worth a retry
             }
             if (status != Wire.HS_OK) {
-                throw new HandshakeRefused(Wire.handshakeStatus(status, realmName));
+                throw new HandshakeRefused(Wire.handshakeStatus(status, realmName, keys), Wire.reason(status));
             }
             if (secret != null
                     && !Handshake.verify(Handshake.proof(secret, 's', clientNonce, serverNonce, address, realm),
                             welcome)) {
                 String at = " for the address this node dialled (" + dialled + ")";
                 throw new HandshakeRefused((realmName == null ? "the peer could not prove it holds the shared secret"
-                        : "the peer could not prove it holds the secret of realm " + Realms.printable(realmName)) + at);
+                        : "the peer could not prove it holds the secret of realm " + Realms.printable(realmName)) + at,
+                        Reason.PEER_UNPROVEN);
             }
             for (SelectionKey k : sel.keys()) {
                 k.cancel();
@@ -547,9 +552,11 @@ public final class TcpNode implements RdmaNode {
     /** The peer answered the handshake with a refusal: retrying will not help. */
     private static final class HandshakeRefused extends IOException {
         private static final long serialVersionUID = 1L;
+        final Reason reason;
 
-        HandshakeRefused(String message) {
+        HandshakeRefused(String message, Reason reason) {
             super(message);
+            this.reason = reason;
         }
     }
 }

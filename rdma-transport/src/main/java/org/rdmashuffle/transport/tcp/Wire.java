@@ -1,5 +1,6 @@
 package org.rdmashuffle.transport.tcp;
 
+import org.rdmashuffle.transport.HandshakeRefusedException.Reason;
 import org.rdmashuffle.transport.Realms;
 
 /** Frame layouts and constants of the tcp provider's protocol; docs/wire-format.md describes them. */
@@ -70,7 +71,29 @@ final class Wire {
     static final byte OP_CONTROL_REPLY = 0x21;
     static final byte OP_ERROR = 0x7F;
 
+    /** What status {@link #HS_AUTH_MISMATCH} means, naming no key (a node knowing its key says it: KeyNames). */
+    static final String AUTH_MISMATCH = "authentication is configured differently on the two sides (on at one, off "
+            + "at the other)";
+
     private Wire() {
+    }
+
+    /** Why a handshake answered {@code s} (not {@link #HS_OK} nor {@link #HS_BUSY}) was refused. */
+    static Reason reason(int s) {
+        return switch (s) {
+            case HS_BAD_VERSION -> Reason.BAD_VERSION;
+            case HS_AUTH_MISMATCH -> Reason.AUTH_MISMATCH;
+            case HS_AUTH_FAILED -> Reason.AUTH_FAILED;
+            case HS_REALM_REQUIRED -> Reason.REALM_REQUIRED;
+            case HS_REALM_UNSUPPORTED -> Reason.REALM_UNSUPPORTED;
+            case HS_OTHER_ADDRESS -> Reason.OTHER_ADDRESS;
+            default -> Reason.UNKNOWN;
+        };
+    }
+
+    /** {@link #handshakeStatus(int, String)}, naming {@code keys}' authentication key where it applies. */
+    static String handshakeStatus(int s, String realm, KeyNames keys) {
+        return s == HS_AUTH_MISMATCH && realm == null ? keys.authMismatch : handshakeStatus(s, realm);
     }
 
     static String handshakeStatus(int s) {
@@ -78,7 +101,7 @@ final class Wire {
             case HS_OK -> "ok";
             case HS_BAD_VERSION -> "protocol version not supported by the peer (a peer of version 4 or later with "
                     + "authentication on refuses a client older than that, whose proof does not name the node)";
-            case HS_AUTH_MISMATCH -> "one side has spark.authenticate on and the other off";
+            case HS_AUTH_MISMATCH -> AUTH_MISMATCH; // nodes name their key: KeyNames.authMismatch
             case HS_AUTH_FAILED -> "authentication failed (different secrets)";
             case HS_BUSY -> "the peer serves as many connections as its limits allow"; // nodes say which: KeyNames.busy
             case HS_REALM_REQUIRED -> "the peer keeps a secret per realm (job), and the connection named no realm";

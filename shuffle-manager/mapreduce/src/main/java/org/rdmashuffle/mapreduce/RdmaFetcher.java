@@ -193,9 +193,8 @@ final class RdmaFetcher<K, V> extends Thread {
         shuffle.times().registering(System.nanoTime() - asking);
         if (reply.status() == RegisterProtocol.UNKNOWN_JOB) { // not answered as the job's service: the wait grows
             shuffle.reporter().incrCounter(RdmaShuffleCounter.SERVICE_UNREACHABLE, 1);
-        } else {
-            client.answered(host);
         }
+        client.answered(host, reply.status()); // busy or an unknown job: the back-off is not reset
         if (reply.status() != RegisterProtocol.OK) {
             return refused(host, service, reply, batch, left, viaHttp);
         }

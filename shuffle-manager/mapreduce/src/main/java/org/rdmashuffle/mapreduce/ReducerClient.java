@@ -7,6 +7,8 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.function.DoubleSupplier;
 import java.util.function.LongSupplier;
 import org.apache.hadoop.mapreduce.task.reduce.MapHost;
 import org.rdmashuffle.conf.RdmaShuffleConf;
@@ -15,6 +17,7 @@ import org.rdmashuffle.pool.BufferPoolOptions;
 import org.rdmashuffle.shuffle.core.fetch.BlockFetcher;
 import org.rdmashuffle.shuffle.core.serve.MapOutputServer;
 import org.rdmashuffle.transport.ControlHandler;
+import org.rdmashuffle.transport.HandshakeRefusedException;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.PeerBusyException;
@@ -49,6 +52,11 @@ final class ReducerClient implements AutoCloseable {
     static final long BUSY_FIRST_WAIT_MS = 2_000;
     /** The longest wait: it doubles with every busy answer in a row, up to this. */
     static final long BUSY_MAX_WAIT_MS = 60_000;
+    /**
+     * Each wait is its nominal length (2 s, 4, 8, … 60) ± this fraction, at random, so that the reducers of every job
+     * do not try a restarted NodeManager again all at the same moment.
+     */
+    static final double WAIT_JITTER = 0.25;
 
     /** Why a host's READs wait: its service said busy, or it could not be reached or did not know the job. */
     enum Later {
@@ -62,8 +70,11 @@ final class ReducerClient implements AutoCloseable {
         DOWN
     }
 
-    /** A NodeManager whose READs wait: its outputs go over HTTP until {@code untilNanos}. */
-    private record Wait(Later kind, long untilNanos, long waitMs, String why) {
+    /**
+     * A NodeManager whose READs wait: its outputs go over HTTP until {@code untilNanos}, {@code jitteredMs} from
+     * when it was said; {@code waitMs} the nominal wait, doubled by the next.
+     */
+    private record Wait(Later kind, long untilNanos, long waitMs, long jitteredMs, String why) {
     }
 
     /** NodeManager → its back-off; gone once its service answers a REGISTER. */
@@ -71,14 +82,21 @@ final class ReducerClient implements AutoCloseable {
     /** NodeManager → the kind of wait last said in a WARN (one WARN per host per change); gone once answered. */
     private final Map<String, Later> said = new ConcurrentHashMap<>();
     private final LongSupplier nanoClock;
+    /** Uniform in [0, 1): where in ±{@link #WAIT_JITTER} a wait falls. */
+    private final DoubleSupplier jitter;
 
     ReducerClient(RdmaShuffleConf serviceConf, String realm, byte[] secret) throws IOException {
-        this(serviceConf, realm, secret, System::nanoTime);
+        this(serviceConf, realm, secret, System::nanoTime, () -> ThreadLocalRandom.current().nextDouble());
     }
 
-    /** With the clock the busy back-off is measured by ({@link System#nanoTime} but in tests). */
-    ReducerClient(RdmaShuffleConf serviceConf, String realm, byte[] secret, LongSupplier nanoClock) throws IOException {
+    /**
+     * With the clock the busy back-off is measured by ({@link System#nanoTime} but in tests) and the source of its
+     * jitter (uniform in [0, 1); 0.5 waits the nominal wait).
+     */
+    ReducerClient(RdmaShuffleConf serviceConf, String realm, byte[] secret, LongSupplier nanoClock,
+                  DoubleSupplier jitter) throws IOException {
         this.nanoClock = nanoClock;
+        this.jitter = jitter;
         // The task's own node needs no fixed port: nobody connects to it.
         this.conf = serviceConf.with(Map.of(RdmaShuffleConf.PORT.name(), "0"));
         this.servicePort = serviceConf.port();
@@ -116,6 +134,12 @@ final class ReducerClient implements AutoCloseable {
             PeerBusyException busy = new PeerBusyException(renamed.getMessage(), renamed.getCause());
             busy.setStackTrace(e.getStackTrace());
             throw busy;
+        } catch (HandshakeRefusedException e) { // keeps its reason (staysSo), naming mapreduce.* keys
+            IOException renamed = MapReduceRdmaConf.namingMapReduceKeys(e);
+            HandshakeRefusedException refused = new HandshakeRefusedException(renamed.getMessage(), e.reason(),
+                    renamed.getCause());
+            refused.setStackTrace(e.getStackTrace());
+            throw refused;
         } catch (ExecutionException e) { // the transport names spark.* keys: name the user's mapreduce.* ones
             throw MapReduceRdmaConf.namingMapReduceKeys(e.getCause());
         } catch (IOException e) {
@@ -151,7 +175,7 @@ final class ReducerClient implements AutoCloseable {
 
     /**
      * {@code host}'s service could not be asked (a REGISTER not sent or not answered, {@code e}). What cannot change
-     * while the job runs ({@link #staysSo}: another protocol or version on the port, a relay) sends the host to
+     * while the job runs ({@link #staysSo}: another protocol or version on the port, a relay, …) sends the host to
      * HTTP from now on (false); anything else — busy, refused or lost connections, no answer, a job the service
      * does not know (yet: a restarted service) — sends the host's outputs over HTTP for a while, then READs are
      * tried again (true).
@@ -166,20 +190,14 @@ final class ReducerClient implements AutoCloseable {
     }
 
     /**
-     * Whether {@code e}, a failure to ask a service, says something that does not change while a job runs: the peer
-     * speaks another protocol or version, keeps no per-job secrets or has authentication off, or the connection
-     * reached another address than the one dialled (a relay). Told by the transport's words for them.
+     * Whether {@code e}, a failure to ask a service, says something that does not change while a job runs: the
+     * handshake was refused for a reason that does not ({@link HandshakeRefusedException.Reason#mayChange()}): the
+     * peer speaks another protocol or version, keeps no per-job secrets (or wants one and got none), has
+     * authentication off, or the connection reached another address than the one dialled (a relay). An unknown job
+     * or wrong secret may change (a restarted service learns the job again).
      */
     static boolean staysSo(Throwable e) {
-        for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
-            String m = t.getMessage();
-            if (m != null && (m.contains("protocol version not supported") || m.contains("is not an rdma-shuffle")
-                    || m.contains("keeps no secrets per realm") || m.contains("has authentication off")
-                    || m.contains("the other off") || m.contains("another address than the one dialled"))) {
-                return true;
-            }
-        }
-        return false;
+        return e instanceof HandshakeRefusedException refused && !refused.mayChange();
     }
 
     /**
@@ -192,14 +210,16 @@ final class ReducerClient implements AutoCloseable {
         String what = kind == Later.BUSY ? "is busy" : "cannot be asked";
         Wait w = waits.compute(host.getHostName(), (h, last) -> {
             long waitMs = last == null ? BUSY_FIRST_WAIT_MS : Math.min(BUSY_MAX_WAIT_MS, last.waitMs() * 2);
-            return new Wait(kind, now + TimeUnit.MILLISECONDS.toNanos(waitMs), waitMs, "its rdma-shuffle service at "
-                    + service + " " + what + " (for " + waitMs + " ms after: " + why + ")");
+            long jittered = Math.round(waitMs * (1 - WAIT_JITTER + 2 * WAIT_JITTER * jitter.getAsDouble()));
+            return new Wait(kind, now + TimeUnit.MILLISECONDS.toNanos(jittered), waitMs, jittered,
+                    "its rdma-shuffle service at " + service + " " + what + " (for " + jittered + " ms after: " + why
+                    + ")");
         });
         if (said.put(host.getHostName(), kind) != kind) {
             LOG.warn("rdma-shuffle: the rdma-shuffle service at {} {}: map outputs of {} go over Hadoop's HTTP "
                     + "shuffle for {} ms, then READs are tried again (the wait doubles, to {} s at most, while it "
                     + "stays so; said once per host until it answers, counted in {}): {}", service, what,
-                    host.getHostName(), w.waitMs(), BUSY_MAX_WAIT_MS / 1000,
+                    host.getHostName(), w.jitteredMs(), BUSY_MAX_WAIT_MS / 1000,
                     kind == Later.BUSY ? "SERVICE_BUSY" : "SERVICE_UNREACHABLE", why);
         }
     }
@@ -208,6 +228,17 @@ final class ReducerClient implements AutoCloseable {
     String busyReason(MapHost host) {
         Wait w = waits.get(host.getHostName());
         return w == null || nanoClock.getAsLong() - w.untilNanos() >= 0 ? null : w.why();
+    }
+
+    /**
+     * {@code host}'s service answered a REGISTER with {@code status}: as {@link #answered(MapHost)}, but for an
+     * answer busy or "unknown job", after which the service is still at its limits or not back: its wait keeps
+     * growing.
+     */
+    void answered(MapHost host, byte status) {
+        if (status != RegisterProtocol.BUSY && status != RegisterProtocol.UNKNOWN_JOB) {
+            answered(host);
+        }
     }
 
     /** {@code host}'s service answered a REGISTER: a later trouble waits the first wait again, and is said again. */

@@ -42,7 +42,7 @@ class ReducerBusyServiceTest {
         try (RdmaNode nodeManager = EchoService.open(conf(0), JOB, TOKEN)) {
             int port = nodeManager.localAddress().port();
             ReducerClient holder = new ReducerClient(conf(port), JOB, TOKEN);
-            try (ReducerClient reducer = new ReducerClient(conf(port), JOB, TOKEN, now::get)) {
+            try (ReducerClient reducer = new ReducerClient(conf(port), JOB, TOKEN, now::get, () -> 0.5)) {
                 NodeAddress service = reducer.serviceOf(host);
                 assertEquals("hold", echo(holder, service, "hold")); // the job's one connection on the node
 

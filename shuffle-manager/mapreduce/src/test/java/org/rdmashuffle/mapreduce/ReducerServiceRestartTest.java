@@ -57,7 +57,7 @@ class ReducerServiceRestartTest {
     void shouldReadAgainWhenTheServiceComesBackAfterItWasDownOrDidNotKnowTheJob() throws Exception {
         AtomicLong now = new AtomicLong(1_000_000_000L);
         int port = freePort();
-        try (ReducerClient reducer = new ReducerClient(conf(port), JOB, TOKEN, now::get)) {
+        try (ReducerClient reducer = new ReducerClient(conf(port), JOB, TOKEN, now::get, () -> 0.5)) {
             NodeAddress service = reducer.serviceOf(HOST);
             try (RdmaNode up = service(port, true)) {
                 assertEquals("r1", echo(reducer, service, "r1"));

@@ -290,7 +290,8 @@ public final class MapOutputServer implements AutoCloseable {
                 long bytes = tablesCharged ? RegisteredOutputTable.tableBytes(numMaps) : 0;
                 if (!cap.reserve(bytes)) {
                     throw new IOException("its output table's " + bytes + " bytes would pass "
-                            + RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES.name() + " (" + cap.capBytes() + " bytes)");
+                            + conf.keyName(RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES) + " (" + cap.capBytes()
+                            + " bytes)");
                 }
                 try {
                     t = new RegisteredOutputTable(node, shuffleId, numMaps, realmOfShuffle.apply(shuffleId));
@@ -370,7 +371,8 @@ public final class MapOutputServer implements AutoCloseable {
         // no lock is held while the file is mapped and registered, so commits do not wait for each other.
         if (!cap.reserve(bytes)) {
             leftToEngine(shuffleId, mapIndex, bytes, "registering its " + bytes + " bytes would pass "
-                    + RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES.name() + " (" + cap.capBytes() + " bytes)", null);
+                    + conf.keyName(RdmaShuffleConf.MAX_REGISTERED_OUTPUT_BYTES) + " (" + cap.capBytes() + " bytes)",
+                    null);
             return publishUnregistered(table, mapIndex, mapId);
         }
         try {
