@@ -625,22 +625,8 @@ public abstract class TransportContractTest {
 
     /** A handler answering "later" with a future the test completes (as a handler's worker would), else at once. */
     private static ControlHandler answeringLater(java.util.concurrent.BlockingQueue<CompletableFuture<ByteBuffer>> later) {
-        return new ControlHandler() {
-            @Override
-            public ByteBuffer onMessage(ByteBuffer request) {
-                return ByteBuffer.wrap(("now:" + StandardCharsets.UTF_8.decode(request)).getBytes(StandardCharsets.UTF_8));
-            }
-
-            @Override
-            public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
-                if (!StandardCharsets.UTF_8.decode(request.duplicate()).toString().equals("later")) {
-                    return ControlHandler.super.onMessageAsync(realm, request);
-                }
-                CompletableFuture<ByteBuffer> f = new CompletableFuture<>();
-                later.add(f);
-                return f;
-            }
-        };
+        return LaterReplies.handler(later, request -> ByteBuffer.wrap(
+                ("now:" + StandardCharsets.UTF_8.decode(request)).getBytes(StandardCharsets.UTF_8)));
     }
 
     private static String text(ByteBuffer b) {

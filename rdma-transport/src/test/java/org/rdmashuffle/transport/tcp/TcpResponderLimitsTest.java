@@ -438,22 +438,7 @@ class TcpResponderLimitsTest {
 
     /** Answers "later" with a future put on {@code later} for the test to complete; anything else at once, echoed. */
     private static ControlHandler answeringLater(BlockingQueue<CompletableFuture<ByteBuffer>> later) {
-        return new ControlHandler() {
-            @Override
-            public ByteBuffer onMessage(ByteBuffer request) {
-                return request;
-            }
-
-            @Override
-            public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
-                if (!StandardCharsets.UTF_8.decode(request.duplicate()).toString().equals("later")) {
-                    return ControlHandler.super.onMessageAsync(realm, request);
-                }
-                CompletableFuture<ByteBuffer> f = new CompletableFuture<>();
-                later.add(f);
-                return f;
-            }
-        };
+        return org.rdmashuffle.transport.LaterReplies.handler(later, request -> request);
     }
 
     private static void readFully(SocketChannel ch, ByteBuffer b) throws IOException {

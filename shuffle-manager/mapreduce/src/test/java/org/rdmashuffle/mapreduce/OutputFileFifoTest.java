@@ -56,7 +56,7 @@ class OutputFileFifoTest {
             Process mkfifo = new ProcessBuilder("mkfifo", file.toString()).redirectErrorStream(true).start();
             assumeTrue(mkfifo.waitFor() == 0, "mkfifo failed: " + new String(mkfifo.getInputStream().readAllBytes()));
         } catch (IOException e) {
-            assumeTrue(false, "no mkfifo on this machine: " + e);
+            org.junit.jupiter.api.Assumptions.abort("no mkfifo on this machine: " + e);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new IllegalStateException(e);
