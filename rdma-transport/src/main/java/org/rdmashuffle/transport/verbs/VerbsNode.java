@@ -35,8 +35,8 @@ import org.slf4j.LoggerFactory;
 
 /**
  * A node of the verbs provider: an rdma_cm listener whose accepted RC queue pairs let peers READ this
- * node's regions without this node's CPU, one protection domain for every registration, and one
- * completion queue (polled by the device's completion thread) for the queue pairs of its channels. The
+ * node's regions without this node's CPU, a protection domain (plus one per realm it serves: {@link RealmDomains}),
+ * and one completion queue (polled by the device's completion thread) for the queue pairs of its channels. The
  * device side is reached through {@code java.lang.foreign} or DiSNI ({@link VerbsDevice},
  * {@code spark.shuffle.rdma.verbs.api}); everything here is the same for both.
  *

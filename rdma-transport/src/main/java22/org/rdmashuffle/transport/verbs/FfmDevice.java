@@ -22,7 +22,7 @@ import org.slf4j.LoggerFactory;
 /**
  * The verbs device reached through {@code java.lang.foreign} ({@link RdmaCore}): an rdma_cm event
  * channel with its own thread ({@link FfmConnectionManager}) and a listener ({@link FfmListener}), the
- * protection domain ({@link FfmMemory}) and one completion queue (with a completion channel) on the
+ * protection domain ({@link FfmMemory}; plus one per realm, {@link #openDomain}) and one completion queue (with a completion channel) on the
  * listener's device, polled by the completion thread ({@link FfmCompletions}), the queue pairs of both
  * ({@link FfmQueuePairs}), and the device's port states ({@link LocalPorts}: whose failure a failure is).
  * This class opens them, and releases them in reverse order.
