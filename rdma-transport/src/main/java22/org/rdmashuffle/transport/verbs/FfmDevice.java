@@ -266,10 +266,16 @@ final class FfmDevice implements VerbsDevice {
         return FfmMemory.register(core, in, lifecycle.readLock(), this::closed, memory, access);
     }
 
-    /** ibv_alloc_pd on the listener's device context, as the default protection domain was. */
+    /**
+     * ibv_alloc_pd on the listener's device context, as the default protection domain was. Called on the cm
+     * thread too (a queue pair admitted for a realm with no domain yet), which holds the cm lock that
+     * {@link #close} waits for while it holds the write lock: so the read lock is only tried, never waited for.
+     */
     @Override
     public Domain openDomain() throws IOException {
-        lifecycle.readLock().lock();
+        if (!lifecycle.readLock().tryLock()) {
+            throw new TransportException("verbs: the device is closing");
+        }
         try {
             if (closed) {
                 throw new TransportException("verbs: the device is closed");
