@@ -6,8 +6,9 @@ import java.security.GeneralSecurityException;
 import java.security.MessageDigest;
 import java.security.SecureRandom;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.Iterator;
+import java.util.List;
 import java.util.Map;
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
@@ -38,7 +39,11 @@ import javax.crypto.spec.SecretKeySpec;
  * no address admissions.
  *
  * <p>Bounded: at most {@link #MAX_PER_ADDRESS} pending admissions per address (older ones are dropped)
- * and {@link #MAX_ADDRESSES} addresses (expired ones are dropped first, then the request is refused).
+ * and {@link #MAX_ADDRESSES} addresses (expired ones are dropped first, then the request is refused). On a
+ * node with realms, the realms do not share those bounds with each other: the nonces per address are counted
+ * per realm (a realm asking for many at another realm's host pushes out only its own), and one realm holds
+ * at most {@link #MAX_PER_REALM} (its oldest dropped first), so no one job's user code, which holds its job's
+ * secret, can fill the table and stop other jobs' queue pairs.
  * Thread-safe.
  */
 final class QueuePairAdmissions {
@@ -52,9 +57,22 @@ final class QueuePairAdmissions {
     private static final byte[] LABEL = "rdma-shuffle verbs queue pair v1".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
     static final int MAX_PER_ADDRESS = 64;
     static final int MAX_ADDRESSES = 1024;
+    /** The most nonces one realm has pending (an eighth of {@link #MAX_ADDRESSES}): its oldest go first. */
+    static final int MAX_PER_REALM = MAX_ADDRESSES / 8;
     private static final SecureRandom RANDOM = new SecureRandom();
 
-    private record Pending(InetAddress from, long deadlineNanos, String realm) {
+    /** Whom a nonce was handed to: the requester's address and the realm of the control connection (or null). */
+    private record Source(InetAddress from, String realm) {
+    }
+
+    private record Pending(Source source, long deadlineNanos) {
+        InetAddress from() {
+            return source.from();
+        }
+
+        String realm() {
+            return source.realm();
+        }
     }
 
     /** An admitted connect request: the realm its nonce was issued for (null: none). */
@@ -67,7 +85,10 @@ final class QueuePairAdmissions {
     /** The secret of each realm, on a node with realms; else null. */
     private final org.rdmashuffle.transport.SecretResolver secrets;
     private final Map<ByteBuffer, Pending> nonces = new HashMap<>();
-    private final Map<InetAddress, ArrayDeque<ByteBuffer>> noncesByAddress = new HashMap<>();
+    /** The nonces of each source, oldest first (at most {@link #MAX_PER_ADDRESS}). */
+    private final Map<Source, ArrayDeque<ByteBuffer>> noncesBySource = new HashMap<>();
+    /** The nonces of each realm, oldest first (at most {@link #MAX_PER_REALM}). */
+    private final Map<String, ArrayDeque<ByteBuffer>> noncesByRealm = new HashMap<>();
     private final Map<InetAddress, ArrayDeque<Long>> addresses = new HashMap<>();
 
     QueuePairAdmissions(byte[] secret) {
@@ -95,24 +116,50 @@ final class QueuePairAdmissions {
      * @return the nonce, or null when too many addresses have admissions pending
      */
     synchronized byte[] issueNonce(InetAddress from, String realm, long deadlineNanos, long nowNanos) {
-        if (!roomFor(from, nowNanos)) {
+        Source source = new Source(from, realm);
+        ArrayDeque<ByteBuffer> ofRealm = realm == null ? null : noncesByRealm.get(realm);
+        if (ofRealm != null && ofRealm.size() >= MAX_PER_REALM) {
+            forget(ofRealm.peekFirst()); // the realm's own oldest, before it could take another's room
+        }
+        ArrayDeque<ByteBuffer> ofSource = noncesBySource.get(source);
+        if (ofSource != null && ofSource.size() >= MAX_PER_ADDRESS) {
+            forget(ofSource.peekFirst());
+        }
+        if (!roomFor(noncesBySource.containsKey(source), nowNanos)) {
             return null;
         }
         byte[] n = new byte[NONCE_BYTES];
         RANDOM.nextBytes(n);
         ByteBuffer key = ByteBuffer.wrap(n);
-        ArrayDeque<ByteBuffer> q = noncesByAddress.computeIfAbsent(from, a -> new ArrayDeque<>());
-        if (q.size() == MAX_PER_ADDRESS) {
-            nonces.remove(q.pollFirst());
+        noncesBySource.computeIfAbsent(source, a -> new ArrayDeque<>()).addLast(key);
+        if (realm != null) {
+            noncesByRealm.computeIfAbsent(realm, r -> new ArrayDeque<>()).addLast(key);
         }
-        q.addLast(key);
-        nonces.put(key, new Pending(from, deadlineNanos, realm));
+        nonces.put(key, new Pending(source, deadlineNanos));
         return n.clone();
+    }
+
+    /** Forgets the nonce {@code key} wherever it is recorded (spent, expired, dropped). */
+    private void forget(ByteBuffer key) {
+        Pending p = nonces.remove(key);
+        if (p == null) {
+            return;
+        }
+        ArrayDeque<ByteBuffer> q = noncesBySource.get(p.source());
+        if (q != null && q.remove(key) && q.isEmpty()) {
+            noncesBySource.remove(p.source());
+        }
+        if (p.realm() != null) {
+            ArrayDeque<ByteBuffer> r = noncesByRealm.get(p.realm());
+            if (r != null && r.remove(key) && r.isEmpty()) {
+                noncesByRealm.remove(p.realm());
+            }
+        }
     }
 
     /** One proofless queue pair from {@code from} (a peer that cannot send a proof), until {@code deadlineNanos}. */
     synchronized boolean admitAddress(InetAddress from, long deadlineNanos, long nowNanos) {
-        if (!roomFor(from, nowNanos)) {
+        if (!roomFor(addresses.containsKey(from), nowNanos)) {
             return false;
         }
         ArrayDeque<Long> q = addresses.computeIfAbsent(from, a -> new ArrayDeque<>());
@@ -123,29 +170,24 @@ final class QueuePairAdmissions {
         return true;
     }
 
-    private boolean roomFor(InetAddress from, long nowNanos) {
-        if (noncesByAddress.containsKey(from) || addresses.containsKey(from)
-                || noncesByAddress.size() + addresses.size() < MAX_ADDRESSES) {
+    /** Whether a new admission fits: its source ({@code known}) holds some already, or there is room for one more. */
+    private boolean roomFor(boolean known, long nowNanos) {
+        if (known || noncesBySource.size() + addresses.size() < MAX_ADDRESSES) {
             return true;
         }
         dropExpired(nowNanos);
-        return noncesByAddress.size() + addresses.size() < MAX_ADDRESSES;
+        return noncesBySource.size() + addresses.size() < MAX_ADDRESSES;
     }
 
     private void dropExpired(long nowNanos) {
-        for (Iterator<ArrayDeque<ByteBuffer>> it = noncesByAddress.values().iterator(); it.hasNext();) {
-            ArrayDeque<ByteBuffer> q = it.next();
-            q.removeIf(k -> {
-                Pending p = nonces.get(k);
-                if (p == null || p.deadlineNanos() - nowNanos <= 0) {
-                    nonces.remove(k);
-                    return true;
-                }
-                return false;
-            });
-            if (q.isEmpty()) {
-                it.remove();
+        List<ByteBuffer> expired = new ArrayList<>();
+        for (Map.Entry<ByteBuffer, Pending> e : nonces.entrySet()) {
+            if (e.getValue().deadlineNanos() - nowNanos <= 0) {
+                expired.add(e.getKey());
             }
+        }
+        for (ByteBuffer k : expired) {
+            forget(k);
         }
         addresses.values().removeIf(q -> {
             q.removeIf(d -> d - nowNanos <= 0);
@@ -184,14 +226,7 @@ final class QueuePairAdmissions {
             if (!MessageDigest.isEqual(expected, got)) {
                 return null; // spends nothing: the peer that asked for the nonce may still use it
             }
-            nonces.remove(key);
-            ArrayDeque<ByteBuffer> q = noncesByAddress.get(from);
-            if (q != null) {
-                q.remove(key);
-                if (q.isEmpty()) {
-                    noncesByAddress.remove(from);
-                }
-            }
+            forget(key);
             return p.realm() == null ? NO_REALM : new Admitted(p.realm());
         }
         if (secrets != null) {
@@ -212,17 +247,10 @@ final class QueuePairAdmissions {
 
     /** Forgets every nonce issued for {@code realm} (the realm is closed). */
     synchronized void dropRealm(String realm) {
-        for (Iterator<Map.Entry<ByteBuffer, Pending>> it = nonces.entrySet().iterator(); it.hasNext();) {
-            Map.Entry<ByteBuffer, Pending> e = it.next();
-            if (realm.equals(e.getValue().realm())) {
-                it.remove();
-                ArrayDeque<ByteBuffer> q = noncesByAddress.get(e.getValue().from());
-                if (q != null) {
-                    q.remove(e.getKey());
-                    if (q.isEmpty()) {
-                        noncesByAddress.remove(e.getValue().from());
-                    }
-                }
+        ArrayDeque<ByteBuffer> ofRealm = noncesByRealm.get(realm);
+        if (ofRealm != null) {
+            for (ByteBuffer k : ofRealm.toArray(new ByteBuffer[0])) {
+                forget(k);
             }
         }
     }

@@ -10,6 +10,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.transport.ControlHandler;
+import org.rdmashuffle.transport.HandshakeRefusedException;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.RdmaChannel;
@@ -168,9 +169,14 @@ final class VerbsControl implements AutoCloseable {
             throw new TransportException("cannot connect to " + peer + ": " + e.getMessage(), ReadStatus.CONNECTION_LOST,
                     e);
         }
-        if (hello.remaining() < 8) {
-            throw new TransportException("cannot connect to " + peer + ": its control reply is not a verbs hello "
-                    + "(is it a tcp node?)", ReadStatus.PROTOCOL_ERROR, null);
+        // Exactly a port and a depth: a tcp node's handler answers the hello with a reply of its own protocol
+        // (a MapReduce service: a refusal of a few dozen bytes), never to be read as a port.
+        if (hello == null || hello.remaining() != 8 || hello.getInt(hello.position()) < 1
+                || hello.getInt(hello.position()) > 0xFFFF || hello.getInt(hello.position() + 4) < 1) {
+            throw new HandshakeRefusedException("cannot connect to " + peer + ": its control port answers as no verbs "
+                    + "node does (a node of the tcp provider? the providers differ: "
+                    + conf.keyName(RdmaShuffleConf.PROVIDER) + " must lead both ends to the same one)",
+                    HandshakeRefusedException.Reason.NOT_RDMA_SHUFFLE, null);
         }
         return hello;
     }

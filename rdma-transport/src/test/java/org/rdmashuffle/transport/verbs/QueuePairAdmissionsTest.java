@@ -81,4 +81,32 @@ class QueuePairAdmissionsTest {
         q.dropRealm("job_B");
         assertEquals(null, q.admitFor(a, QueuePairAdmissions.proof(secretB, dropped, a), 10), "a closed realm");
     }
+
+    @Test
+    void shouldKeepAnotherRealmsNonceWhenOneRealmFloodsTheAdmissions() throws Exception {
+        InetAddress victim = InetAddress.getByName("10.0.0.9");
+        byte[] secretA = "job_A".getBytes(StandardCharsets.UTF_8);
+        byte[] secretB = "job_B".getBytes(StandardCharsets.UTF_8);
+        java.util.Map<String, byte[]> realms = java.util.Map.of("job_A", secretA, "job_B", secretB);
+        QueuePairAdmissions q = new QueuePairAdmissions(null, realms::get);
+        byte[] nonceB = q.issueNonce(victim, "job_B", DEADLINE, 0);
+        // job_A's reducer (user code holding job_A's token) asks for nonces at job_B's host, and at as many
+        // made-up addresses as the table holds: it may only push out its own.
+        for (int i = 0; i < QueuePairAdmissions.MAX_PER_ADDRESS; i++) {
+            q.issueNonce(victim, "job_A", DEADLINE, 0);
+        }
+        int refusedA = 0;
+        for (int i = 0; i < QueuePairAdmissions.MAX_ADDRESSES; i++) {
+            byte[] ip = {10, 1, (byte) (i >> 8), (byte) i};
+            if (q.issueNonce(InetAddress.getByAddress(ip), "job_A", DEADLINE, 0) == null) {
+                refusedA++;
+            }
+        }
+        assertTrue(q.pending() <= QueuePairAdmissions.MAX_PER_REALM + 1, q.pending() + " admissions pending");
+        assertEquals(0, refusedA, "a flooding realm pushes out its own oldest nonces");
+        byte[] laterB = q.issueNonce(InetAddress.getByName("10.0.0.10"), "job_B", DEADLINE, 0);
+        assertTrue(laterB != null, "another realm still gets a nonce");
+        assertEquals("job_B", q.admitFor(victim, QueuePairAdmissions.proof(secretB, nonceB, victim), 10).realm(),
+                "job_B's nonce at the same address survived job_A's flood");
+    }
 }

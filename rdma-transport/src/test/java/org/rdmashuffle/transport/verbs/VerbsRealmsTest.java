@@ -103,19 +103,22 @@ class VerbsRealmsTest {
              MemoryRegion sinkB = b.register(ByteBuffer.allocateDirect(BYTES), RegionAccess.READ_SINK)) {
             MemoryRegion regionA = server.register(dataA, RegionAccess.REMOTE_READ, "job_A");
             RdmaChannel toServerB = b.connect(server.localAddress());
-            assertEquals(ReadStatus.SUCCESS, read(a.connect(server.localAddress()), regionA, sinkA));
+            RdmaChannel toServerA = a.connect(server.localAddress());
+            assertEquals(ReadStatus.SUCCESS, read(toServerA, regionA, sinkA));
             assertEquals(ReadStatus.SUCCESS, read(toServerB, regionB, sinkB));
             assertEquals(2, server.acceptedQueuePairs());
             assertEquals(2, device.domainsOpened.get(), "one protection domain per realm");
 
             server.closeRealm("job_A");
             await(() -> server.acceptedQueuePairs() == 1, "job_A's queue pair closed");
+            await(() -> !toServerA.isOpen(), "job_A's reducer heard of it"); // else its next connect finds it still
             assertTrue(server.domains().hasDomain("job_A"), "its region is still registered in it");
             assertEquals(ReadStatus.SUCCESS, read(toServerB, regionB, sinkB), "job_B's queue pair stays");
             assertEquals(1, server.acceptedQueuePairs());
 
-            regionA.close(); // by its owner: the last thing in job_A's domain
-            assertFalse(server.domains().hasDomain("job_A"));
+            regionA.close(); // by its owner: the last thing in job_A's domain once its queue pair is destroyed
+            // (the queue pair leaves the caps before it is destroyed: its domain goes a moment later, not before)
+            await(() -> !server.domains().hasDomain("job_A"), "job_A's domain deallocated");
             assertEquals(1, device.domainsDeallocated.get(), "job_A's domain deallocated");
             assertTrue(server.domains().hasDomain("job_B"));
 
@@ -138,6 +141,38 @@ class VerbsRealmsTest {
                     () -> new VerbsNode(CONF, options, disniLike.choice()));
             assertEquals("verbs: realms (a secret per job) need rdma_cm private data, which DiSNI 2.1 drops; use "
                     + "spark.shuffle.rdma.verbs.api=ffm on Java 22+", e.getMessage());
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldRefuseSayingProvidersDifferWhenAVerbsReducerReachesATcpService() throws Exception {
+        // A MapReduce service on the tcp provider answers every message with a reply of its own protocol: here a
+        // refusal (status, length, reason), as its REGISTER parser answers the verbs hello.
+        byte[] why = "REGISTER request cut short".getBytes(StandardCharsets.UTF_8);
+        ControlHandler register = new ControlHandler() {
+            @Override
+            public ByteBuffer onMessage(ByteBuffer request) {
+                return onMessage(null, request);
+            }
+
+            @Override
+            public ByteBuffer onMessage(String realm, ByteBuffer request) {
+                return ByteBuffer.allocate(3 + why.length).put((byte) 2).putShort((short) why.length).put(why).flip();
+            }
+        };
+        EmulatedVerbs device = new EmulatedVerbs();
+        try (org.rdmashuffle.transport.tcp.TcpNode service = new org.rdmashuffle.transport.tcp.TcpNode(
+                     EmulatedPeers.conf(Map.of("spark.shuffle.rdma.provider", "tcp")), server(register));
+             VerbsNode reducer = new VerbsNode(CONF, client("127.0.0.2", "job_A", SECRET_A), device.choice())) {
+            // The reducer names the service's port with its own provider (it cannot know the service's).
+            org.rdmashuffle.transport.NodeAddress asVerbs = new org.rdmashuffle.transport.NodeAddress(
+                    service.localAddress().host(), service.localAddress().port(), VerbsNode.PROVIDER);
+            org.rdmashuffle.transport.HandshakeRefusedException e = assertThrows(
+                    org.rdmashuffle.transport.HandshakeRefusedException.class, () -> reducer.connect(asVerbs));
+            assertEquals(org.rdmashuffle.transport.HandshakeRefusedException.Reason.NOT_RDMA_SHUFFLE, e.reason());
+            assertFalse(e.mayChange(), "the service's provider stays while the job runs");
+            assertTrue(e.getMessage().contains("spark.shuffle.rdma.provider"), e.getMessage());
         }
     }
 }
