@@ -308,8 +308,19 @@ final class FfmDevice implements VerbsDevice {
             this.pd = pd;
         }
 
+        /**
+         * Once the device is closed, {@link #close} deallocates what is left before it releases the device (or
+         * leaves it, logged): a lease let go later must not reach a released context, so it does nothing.
+         */
         @Override
         public synchronized void deallocate() throws IOException {
+            if (closed) {
+                return;
+            }
+            deallocateNow();
+        }
+
+        synchronized void deallocateNow() throws IOException {
             if (deallocated) {
                 return;
             }
@@ -405,7 +416,7 @@ final class FfmDevice implements VerbsDevice {
         }
         for (FfmDomain d : domains.toArray(new FfmDomain[0])) { // before the default one and the listener's id
             try {
-                d.deallocate();
+                d.deallocateNow();
             } catch (IOException e) {
                 LOG.warn("verbs: a realm's protection domain is left allocated: {}", e.getMessage());
             }

@@ -145,9 +145,26 @@ final class FfmListener {
                 return;
             }
         }
-        FfmQueuePair qp = new FfmQueuePair(device, true, entry);
-        qp.start(id);
-        queuePairs.add(id, qp);
+        FfmQueuePair created = null;
+        try {
+            created = new FfmQueuePair(device, true, entry);
+            created.start(id);
+            queuePairs.add(id, created);
+        } catch (RuntimeException e) { // nothing throws here today; a bug must not hold the caps and the domain
+            LOG.warn("verbs: accepting a queue pair from {} failed: {}", from, e.toString());
+            if (created != null) {
+                created.closeQuietly();
+            } else {
+                entry.gone();
+                entry.destroyed();
+                FfmDevice.call(() -> {
+                    int r = (int) core.reject.invokeExact(RdmaCore.at(id), MemorySegment.NULL, (byte) 0);
+                    r = (int) core.destroyId.invokeExact(RdmaCore.at(id));
+                });
+            }
+            return;
+        }
+        FfmQueuePair qp = created;
         try {
             qp.accept();
         } catch (IOException e) {
