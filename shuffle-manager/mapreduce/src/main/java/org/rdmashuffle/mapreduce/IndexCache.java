@@ -242,4 +242,24 @@ final class IndexCache {
     long lookups() {
         return lookups.get();
     }
+
+    /** The partitions' offsets if {@code spill} lays them out back to back from 0 within the file, else null. */
+    static long[] offsets(SpillRecord spill, int partitions, long fileLength) {
+        if (spill.size() != partitions) {
+            return null;
+        }
+        long[] offsets = new long[partitions + 1];
+        long at = 0;
+        for (int p = 0; p < partitions; p++) {
+            IndexRecord rec = spill.getIndex(p);
+            if (rec.startOffset != at || rec.partLength < 0 || rec.rawLength < 0) {
+                return null;
+            }
+            offsets[p] = at;
+            at += rec.partLength;
+        }
+        offsets[partitions] = at;
+        return at <= fileLength ? offsets : null;
+    }
+
 }
