@@ -183,7 +183,8 @@ final class RdmaFetcher<K, V> extends Thread {
         RegisterProtocol.Reply reply;
         long asking = System.nanoTime();
         try {
-            reply = register(host, service, asked, client.registerVersion(host));
+            reply = register(client, host, service, new RegisterProtocol.Request(shuffle.numMaps(),
+                    shuffle.numReduces(), shuffle.reduce(), asked, client.registerVersion(host)));
         } catch (IOException | IllegalArgumentException e) {
             shuffle.times().registering(System.nanoTime() - asking);
             // this turn over HTTP, READs later
@@ -266,17 +267,18 @@ final class RdmaFetcher<K, V> extends Thread {
     }
 
     /**
-     * Asks {@code host}'s service to register {@code asked} in {@code version}; a service older than that version
-     * (it refuses the version) is asked again in version 1 at once, and in version 1 from then on.
+     * Asks {@code host}'s service ({@code service}) to register {@code r}'s maps, in {@code r}'s version; a service
+     * older than that version (it refuses the version) is asked again in version 1 at once, and in version 1 from
+     * then on ({@link ReducerClient#registerVersion}).
      */
-    private RegisterProtocol.Reply register(MapHost host, NodeAddress service, MapAttempt[] asked, byte version)
-            throws IOException, InterruptedException {
-        RegisterProtocol.Reply reply = RegisterProtocol.parseReply(client.call(service, RegisterProtocol.encode(
-                new RegisterProtocol.Request(shuffle.numMaps(), shuffle.numReduces(), shuffle.reduce(), asked,
-                        version))), asked.length, version);
-        if (version > RegisterProtocol.VERSION && RegisterProtocol.versionRefused(reply)) {
+    static RegisterProtocol.Reply register(ReducerClient client, MapHost host, NodeAddress service,
+                                           RegisterProtocol.Request r) throws IOException, InterruptedException {
+        RegisterProtocol.Reply reply = RegisterProtocol.parseReply(client.call(service, RegisterProtocol.encode(r)),
+                r.maps().length, r.version());
+        if (r.version() > RegisterProtocol.VERSION && RegisterProtocol.versionRefused(reply)) {
             client.speaksVersion1(host, service, reply.reason());
-            return register(host, service, asked, RegisterProtocol.VERSION);
+            return register(client, host, service, new RegisterProtocol.Request(r.numMaps(), r.numReduces(),
+                    r.reduce(), r.maps(), RegisterProtocol.VERSION));
         }
         return reply;
     }
