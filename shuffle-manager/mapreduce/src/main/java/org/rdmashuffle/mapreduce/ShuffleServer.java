@@ -401,8 +401,7 @@ final class ShuffleServer implements AutoCloseable {
             // else is read into memory or mapped.
             LocalDirs.OpenedFiles opened;
             try {
-                opened = LocalDirs.openPlainFiles(files.dir(), files.below(), rules(job), IndexCache.INDEX,
-                        IndexCache.DATA);
+                opened = files.open(rules(job));
             } catch (LocalDirs.NoSecureOpen e) {
                 if (warnedNoSecureOpen.compareAndSet(false, true)) {
                     LOG.warn("rdma-shuffle: map outputs are served over HTTP only: {}", e.getMessage());

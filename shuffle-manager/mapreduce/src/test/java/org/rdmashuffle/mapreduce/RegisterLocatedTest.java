@@ -206,4 +206,28 @@ class RegisterLocatedTest {
             assertEquals(RegisterProtocol.LOCATED_VERSION, client.registerVersion(other), "per NodeManager");
         }
     }
+
+    @Test
+    void shouldServeAMapOutputWhoseIndexAndDataLieInDifferentLocalDirs() throws Exception {
+        // Hadoop's map task asks its local dir allocator for file.out and file.out.index apart: with several local
+        // dirs they may land on different ones, and Hadoop's HTTP side finds each where it is.
+        service.stop();
+        Path second = Files.createDirectories(dir.resolve("nm-disk2"));
+        nmConf.set(MapReduceRdmaConf.NM_LOCAL_DIRS, dir.resolve("nm") + "," + second);
+        service = ServiceFixture.started(nmConf);
+        byte[] secret = "secret-of-job-74".getBytes(StandardCharsets.UTF_8);
+        JobID job = ServiceFixture.initJob(service, USER, 74, secret);
+        byte[][] parts = ServiceFixture.writeMapOutput(dir.resolve("nm"), USER, job, 1, 0, REDUCES, 74);
+        Path data = Files.walk(dir.resolve("nm")).filter(p -> p.getFileName().toString().equals("file.out"))
+                .findFirst().orElseThrow();
+        Path moved = second.resolve(dir.resolve("nm").relativize(data));
+        Files.createDirectories(moved.getParent());
+        Files.move(data, moved);
+        try (ReducerClient client = reducer(job, secret)) {
+            RegisterProtocol.Reply r = register(client, at(), RegisterProtocol.LOCATED_VERSION, 2,
+                    new MapAttempt(1, 0));
+            assertEquals(RegisterProtocol.LOCATED, r.maps()[0].state(), "found on two disks, not missing");
+            assertArrayEquals(parts[2], read(client, at(), r.table(), 1, 0, 2, r.maps()[0]).bytes());
+        }
+    }
 }
