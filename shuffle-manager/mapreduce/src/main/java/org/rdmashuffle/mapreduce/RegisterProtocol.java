@@ -32,6 +32,19 @@ import org.rdmashuffle.transport.RegionDescriptor;
  * version-2 reply stays within the service's {@code maxControlMessageSize}: past it, a registered attempt is
  * answered {@link #PUBLISHED} (READ through the table, as in version 1).
  *
+ * <p><b>A location names one attempt's bytes or none.</b> The service gives a location only for the attempt the
+ * reducer named, of the asking job (its connection's realm), and only while the job's output table holds exactly that
+ * attempt registered ({@code MapOutputServer.dataRegions}, read under the table's lock); the location names the regions
+ * of that attempt's {@code file.out}, registered for the job's realm. When a rerun replaces the attempt in the table,
+ * the table deregisters the replaced attempt's regions before it publishes the new one
+ * ({@code RegisteredOutputTable.publish}), and the transport never hands a deregistered rkey to another region (tcp:
+ * keys do not repeat in a node's life), so a READ with a replaced attempt's location fails with
+ * {@code UNKNOWN_KEY}: the core makes that an unregistered block, and the reducer fetches the map over HTTP, which
+ * serves the attempt it names by path (or fails the fetch if it is gone). A reducer naming the replaced attempt after
+ * the replacement gets {@link #VIA_HTTP} and no location. So no reducer READs one attempt's bytes as another's; the
+ * same holds when the job stops (its table and outputs are deregistered). In version 1 the slot's and metadata's
+ * attempt number give the same guarantee.
+ *
  * <p><b>What a reducer believes.</b> A location is checked before any READ ({@link Located}: regions of the
  * lengths it states, the bytes inside them, no region more) and its length against the reply's {@code partLength};
  * a reply that does not hold is refused as a whole (that NodeManager's outputs go over HTTP). The service's
