@@ -258,6 +258,9 @@ final class ShuffleServer implements AutoCloseable {
         job.stopped = true;
         indexes.dropJob(job.shuffleId);
         server.unregisterShuffle(job.shuffleId, jobStops);
+        // The job left ServedJobs first (its secret is gone: no new connection, nonce or queue pair for it); its
+        // open ones close now (verbs: its queue pairs; its protection domain goes with its last region).
+        server.node().closeRealm(job.realm());
         tableRefused.remove(job.shuffleId);
     }
 
