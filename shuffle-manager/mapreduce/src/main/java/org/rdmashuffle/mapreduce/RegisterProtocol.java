@@ -304,7 +304,10 @@ final class RegisterProtocol {
             check(!b.hasRemaining(), b.remaining() + " bytes after the reply");
             return new Reply(OK, table, maps, null);
         } catch (BufferUnderflowException e) {
-            throw new IllegalArgumentException("REGISTER reply cut short", e);
+            // A verbs service answers a tcp reducer's REGISTER with its 8-byte hello (both start with byte 1).
+            throw new IllegalArgumentException("REGISTER reply cut short (" + b.limit() + " bytes); a service"
+                    + " running another provider than this reducer answers so: set " + MapReduceRdmaConf.PREFIX
+                    + "provider alike for the NodeManagers and the jobs", e);
         }
     }
 
