@@ -184,7 +184,8 @@ final class RdmaFetcher<K, V> extends Thread {
         long asking = System.nanoTime();
         try {
             reply = register(client, host, service, new RegisterProtocol.Request(shuffle.numMaps(),
-                    shuffle.numReduces(), shuffle.reduce(), asked, client.registerVersion(host)));
+                    shuffle.numReduces(), shuffle.reduce(), asked, client.registerVersion(host),
+                    client.maxReplyBytes()));
         } catch (IOException | IllegalArgumentException e) {
             shuffle.times().registering(System.nanoTime() - asking);
             // this turn over HTTP, READs later
