@@ -63,6 +63,17 @@ final class RegisterProtocol {
     static final byte LOCATED_VERSION = 2;
     /** Maps named in one request at most (a reducer asks per host, in batches of this many). */
     static final int MAX_MAPS_PER_REQUEST = 1024;
+    /** An OK's bytes before its maps, and per map without a location. */
+    private static final int OK_HEAD_BYTES = 1 + RegionDescriptor.ENCODED_BYTES + 4;
+    private static final int STATE_BYTES = 17;
+
+    /**
+     * Maps one request names at most so that its OK, every map without a location, fits {@code maxReplyBytes} (the
+     * reducer's {@code maxControlMessageSize}: a larger reply breaks its connection): 1,024 at the default 64k.
+     */
+    static int mapsPerRequest(int maxReplyBytes) {
+        return Math.max(1, Math.min(MAX_MAPS_PER_REQUEST, (maxReplyBytes - OK_HEAD_BYTES) / STATE_BYTES));
+    }
     /** Maps of a job at most: an output table takes 32 bytes of direct memory per map. */
     static final int MAX_MAPS = 1 << 20;
     static final int MAX_REDUCES = 1 << 20;
@@ -252,7 +263,7 @@ final class RegisterProtocol {
      * within {@code maxBytes} (past it, those are said as {@link #PUBLISHED}).
      */
     static ByteBuffer encodeOk(RegionDescriptor table, MapState[] maps, byte version, int maxBytes) {
-        long size = 1 + RegionDescriptor.ENCODED_BYTES + 4 + 17L * maps.length;
+        long size = OK_HEAD_BYTES + (long) STATE_BYTES * maps.length;
         boolean[] located = new boolean[maps.length];
         for (int i = 0; i < maps.length; i++) {
             Located l = maps[i].location();

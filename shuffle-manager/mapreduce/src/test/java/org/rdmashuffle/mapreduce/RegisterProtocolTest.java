@@ -39,6 +39,24 @@ class RegisterProtocolTest {
 
     private static final RegionDescriptor TABLE = new RegionDescriptor(1L << 40, 96, 7);
 
+    @Test
+    void shouldNameNoMoreMapsInOneRequestThanItsReplyHoldsWhenTheReducersControlMessagesAreSmall() {
+        // A reducer gathers up to a REGISTER's worth of a host's maps (not Hadoop's 20 at a time): a reply past its
+        // own maxControlMessageSize would be dropped by its transport as a broken connection.
+        assertEquals(RegisterProtocol.MAX_MAPS_PER_REQUEST, RegisterProtocol.mapsPerRequest(
+                new RdmaShuffleConf(Map.of()).maxControlMessageSizeBytes()));
+        for (int limit : new int[] {1024, 4096, 17_000}) {
+            int n = RegisterProtocol.mapsPerRequest(limit);
+            MapState[] fits = new MapState[n];
+            Arrays.fill(fits, new MapState(RegisterProtocol.PUBLISHED, 1, 1));
+            assertTrue(RegisterProtocol.encodeOk(TABLE, fits).remaining() <= limit, n + " maps at " + limit);
+            MapState[] more = Arrays.copyOf(fits, n + 1);
+            more[n] = fits[0];
+            assertTrue(RegisterProtocol.encodeOk(TABLE, more).remaining() > limit, (n + 1) + " maps at " + limit);
+        }
+    }
+
+
     private static RegionDescriptor region(long address, long length, int rkey) {
         return new RegionDescriptor(address, length, rkey);
     }
