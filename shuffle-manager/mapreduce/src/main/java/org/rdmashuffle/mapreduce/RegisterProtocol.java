@@ -152,7 +152,7 @@ final class RegisterProtocol {
         if (length == 0) {
             return new Located(new RegionDescriptor[0], 1, 0, 0);
         }
-        if (fileRegions.length == 0 || start < 0 || length < 0) {
+        if (fileRegions.length == 0 || start < 0 || length < 0 || start > Long.MAX_VALUE - length) {
             throw new IllegalArgumentException("bytes [" + start + ", +" + length + ") of " + fileRegions.length
                     + " regions");
         }

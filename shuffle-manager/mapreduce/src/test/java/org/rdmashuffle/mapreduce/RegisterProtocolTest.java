@@ -105,6 +105,17 @@ class RegisterProtocolTest {
     }
 
     @Test
+    void shouldAnswerPublishedWhenAnIndexReadAgainPutsThePartitionPastTheEndOfLong() {
+        // An index read again from disk (dropped from the cache) is not checked against the registered file: its
+        // offset and length are whatever the job's files say now. One that overflows is no location, not a throw
+        // that fails the whole REGISTER.
+        RegionDescriptor[] file = {region(0x1000, 100, 11), region(0x2000, 100, 12)};
+        MapState st = RegisterProtocol.answer(Long.MAX_VALUE - 5, 40, 10, file);
+        assertEquals(RegisterProtocol.PUBLISHED, st.state());
+        assertNull(st.location());
+    }
+
+    @Test
     void shouldAnswerAVersion1RequestInVersion1WhenAnOldReducerAsks() {
         ByteBuffer old = RegisterProtocol.encode(new RegisterProtocol.Request(4, 2, 1,
                 new MapAttempt[] {new MapAttempt(3, 0)}));
