@@ -129,8 +129,10 @@ final class RdmaFetcher<K, V> extends Thread {
         }
         // Hadoop's scheduler hands out 20 of a host's maps at a time (its HTTP fetcher's batch): take what the host
         // has, up to a REGISTER's worth, so that one REGISTER names them all and their READs leave together.
+        // (As many as one REGISTER's reply holds within this reducer's maxControlMessageSize.)
+        int perRequest = RegisterProtocol.mapsPerRequest(client.maxReplyBytes());
         List<TaskAttemptID> maps = new ArrayList<>(shuffle.scheduler().getMapsForHost(host));
-        while (!maps.isEmpty() && maps.size() < RegisterProtocol.MAX_MAPS_PER_REQUEST
+        while (!maps.isEmpty() && maps.size() < perRequest
                 && host.getNumKnownMapOutputs() > 0) {
             List<TaskAttemptID> more = shuffle.scheduler().getMapsForHost(host);
             if (more.isEmpty()) {
@@ -146,7 +148,7 @@ final class RdmaFetcher<K, V> extends Thread {
         try {
             while (!left.isEmpty()) {
                 List<TaskAttemptID> batch = new ArrayList<>();
-                while (!left.isEmpty() && batch.size() < RegisterProtocol.MAX_MAPS_PER_REQUEST) {
+                while (!left.isEmpty() && batch.size() < perRequest) {
                     batch.add(left.poll());
                 }
                 if (!readBatch(host, batch, left, viaHttp)) {
@@ -184,7 +186,8 @@ final class RdmaFetcher<K, V> extends Thread {
         long asking = System.nanoTime();
         try {
             reply = register(client, host, service, new RegisterProtocol.Request(shuffle.numMaps(),
-                    shuffle.numReduces(), shuffle.reduce(), asked, client.registerVersion(host)));
+                    shuffle.numReduces(), shuffle.reduce(), asked, client.registerVersion(host),
+                    client.maxReplyBytes()));
         } catch (IOException | IllegalArgumentException e) {
             shuffle.times().registering(System.nanoTime() - asking);
             // this turn over HTTP, READs later

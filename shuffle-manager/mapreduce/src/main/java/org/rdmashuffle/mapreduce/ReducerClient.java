@@ -163,6 +163,11 @@ final class ReducerClient implements AutoCloseable {
     /** NodeManagers whose service refused REGISTER version 2 (an older release): asked in version 1. */
     private final java.util.Set<String> version1 = ConcurrentHashMap.newKeySet();
 
+    /** The largest control reply this reducer's transport takes ({@code maxControlMessageSize}): a REGISTER's bound. */
+    int maxReplyBytes() {
+        return conf.maxControlMessageSizeBytes();
+    }
+
     /** The REGISTER version to ask {@code host}'s service in: 2, or 1 once it refused 2. */
     byte registerVersion(MapHost host) {
         return version1.contains(host.getHostName()) ? RegisterProtocol.VERSION : RegisterProtocol.LOCATED_VERSION;

@@ -24,26 +24,31 @@ import org.rdmashuffle.transport.RegionDescriptor;
  * 1 from then on (one round trip more, once) and READs slot, metadata and bytes as before.
  *
  * <p>Request: {@code type u8 = 1, version u8 (1 or 2), numMaps i32, numReduces i32, reduce i32, count i32}, then
- * {@code count} times {@code mapTaskIndex i32, attempt i32}. Reply: {@code status u8}; with {@link #OK} the table's
+ * {@code count} times {@code mapTaskIndex i32, attempt i32}, in version 2 followed by {@code maxReplyBytes i32}
+ * (the reducer's own {@code maxControlMessageSize}: the largest reply its transport takes). Reply: {@code status u8}; with {@link #OK} the table's
  * {@link RegionDescriptor} and {@code count i32}, then {@code count} times
  * {@code state u8, rawLength i64, partLength i64} in request order, in version 2 followed for a {@link #LOCATED}
  * state by {@code offset i64, length i64, regionBytes i64, regions i32} and that many region descriptors (see
  * {@link Located}; {@code length} equals {@code partLength}); otherwise a reason ({@code u16} length, UTF-8). A
- * version-2 reply stays within the service's {@code maxControlMessageSize}: past it, a registered attempt is
- * answered {@link #PUBLISHED} (READ through the table, as in version 1).
+ * version-2 reply stays within the service's {@code maxControlMessageSize} and the request's {@code maxReplyBytes}
+ * (a reducer configured with less than its NodeManager would drop a larger reply as a broken connection): past
+ * either, a registered attempt is answered {@link #PUBLISHED} (READ through the table, as in version 1).
  *
  * <p><b>A location names one attempt's bytes or none.</b> The service gives a location only for the attempt the
  * reducer named, of the asking job (its connection's realm), and only while the job's output table holds exactly that
  * attempt registered ({@code MapOutputServer.dataRegions}, read under the table's lock); the location names the regions
- * of that attempt's {@code file.out}, registered for the job's realm. When a rerun replaces the attempt in the table,
- * the table deregisters the replaced attempt's regions before it publishes the new one
- * ({@code RegisteredOutputTable.publish}), and the transport never hands a deregistered rkey to another region (tcp:
- * keys do not repeat in a node's life), so a READ with a replaced attempt's location fails with
- * {@code UNKNOWN_KEY}: the core makes that an unregistered block, and the reducer fetches the map over HTTP, which
- * serves the attempt it names by path (or fails the fetch if it is gone). A reducer naming the replaced attempt after
- * the replacement gets {@link #VIA_HTTP} and no location. So no reducer READs one attempt's bytes as another's; the
- * same holds when the job stops (its table and outputs are deregistered). In version 1 the slot's and metadata's
- * attempt number give the same guarantee.
+ * of that attempt's {@code file.out}, registered for the job's realm. Once handed out, those regions stay
+ * registered until the job's table closes (the job stops), also when a rerun replaces the attempt in the table
+ * ({@code RegisteredOutputTable.dataRegions}): a READ with a replaced attempt's location READs that attempt's own
+ * bytes, which is what the reducer asked for. Deregistering them at the replacement would not be enough: verbs
+ * devices reuse rkeys, and the kernel addresses, so a later region of the job could answer the old descriptors with
+ * its bytes (only tcp's keys never repeat). A reducer naming the replaced attempt after the replacement gets
+ * {@link #VIA_HTTP} and no location. When the job stops its outputs are deregistered and its realm closed (its queue
+ * pairs; on verbs its protection domain, which no other job's region is in): a READ with its locations fails
+ * ({@code UNKNOWN_KEY}, or the channel closed), never READs another job's region. So no reducer READs one attempt's
+ * bytes as another's through a location. In version 1 the slot's and metadata's attempt number tell the attempt;
+ * the data READ follows the metadata READ at once, a window (on verbs only) that keeping lent regions does not close,
+ * as version 1 lends none.
  *
  * <p><b>What a reducer believes.</b> A location is checked before any READ ({@link Located}: regions of the
  * lengths it states, the bytes inside them, no region more) and its length against the reply's {@code partLength};
@@ -58,6 +63,17 @@ final class RegisterProtocol {
     static final byte LOCATED_VERSION = 2;
     /** Maps named in one request at most (a reducer asks per host, in batches of this many). */
     static final int MAX_MAPS_PER_REQUEST = 1024;
+    /** An OK's bytes before its maps, and per map without a location. */
+    private static final int OK_HEAD_BYTES = 1 + RegionDescriptor.ENCODED_BYTES + 4;
+    private static final int STATE_BYTES = 17;
+
+    /**
+     * Maps one request names at most so that its OK, every map without a location, fits {@code maxReplyBytes} (the
+     * reducer's {@code maxControlMessageSize}: a larger reply breaks its connection): 1,024 at the default 64k.
+     */
+    static int mapsPerRequest(int maxReplyBytes) {
+        return Math.max(1, Math.min(MAX_MAPS_PER_REQUEST, (maxReplyBytes - OK_HEAD_BYTES) / STATE_BYTES));
+    }
     /** Maps of a job at most: an output table takes 32 bytes of direct memory per map. */
     static final int MAX_MAPS = 1 << 20;
     static final int MAX_REDUCES = 1 << 20;
@@ -100,10 +116,19 @@ final class RegisterProtocol {
     record MapAttempt(int mapIndex, int attempt) {
     }
 
-    record Request(int numMaps, int numReduces, int reduce, MapAttempt[] maps, byte version) {
+    /**
+     * @param maxReplyBytes (version 2) the largest reply the reducer's transport takes (its
+     *     {@code maxControlMessageSize}): the service leaves locations out past it as past its own
+     */
+    record Request(int numMaps, int numReduces, int reduce, MapAttempt[] maps, byte version, int maxReplyBytes) {
         /** A version-1 request. */
         Request(int numMaps, int numReduces, int reduce, MapAttempt[] maps) {
             this(numMaps, numReduces, reduce, maps, VERSION);
+        }
+
+        /** A request in {@code version} stating no reply bound of its own. */
+        Request(int numMaps, int numReduces, int reduce, MapAttempt[] maps, byte version) {
+            this(numMaps, numReduces, reduce, maps, version, Integer.MAX_VALUE);
         }
     }
 
@@ -127,7 +152,7 @@ final class RegisterProtocol {
         if (length == 0) {
             return new Located(new RegionDescriptor[0], 1, 0, 0);
         }
-        if (fileRegions.length == 0 || start < 0 || length < 0) {
+        if (fileRegions.length == 0 || start < 0 || length < 0 || start > Long.MAX_VALUE - length) {
             throw new IllegalArgumentException("bytes [" + start + ", +" + length + ") of " + fileRegions.length
                     + " regions");
         }
@@ -169,11 +194,15 @@ final class RegisterProtocol {
     }
 
     static ByteBuffer encode(Request r) {
-        ByteBuffer b = ByteBuffer.allocate(18 + 8 * r.maps().length);
+        boolean bounded = r.version() >= LOCATED_VERSION;
+        ByteBuffer b = ByteBuffer.allocate(18 + 8 * r.maps().length + (bounded ? 4 : 0));
         b.put(REGISTER).put(r.version()).putInt(r.numMaps()).putInt(r.numReduces()).putInt(r.reduce())
                 .putInt(r.maps().length);
         for (MapAttempt m : r.maps()) {
             b.putInt(m.mapIndex()).putInt(m.attempt());
+        }
+        if (bounded) {
+            b.putInt(r.maxReplyBytes());
         }
         return b.flip();
     }
@@ -203,7 +232,8 @@ final class RegisterProtocol {
             check(reduce >= 0 && reduce < numReduces, "reduce " + reduce + " of " + numReduces);
             check(count >= 1 && count <= Math.min(numMaps, MAX_MAPS_PER_REQUEST), "count " + count + " outside 1.."
                     + Math.min(numMaps, MAX_MAPS_PER_REQUEST));
-            check(b.remaining() == 8L * count, b.remaining() + " bytes for " + count + " maps");
+            int tail = version >= LOCATED_VERSION ? 4 : 0; // version 2: the reducer's reply bound follows the maps
+            check(b.remaining() == 8L * count + tail, b.remaining() + " bytes for " + count + " maps");
             MapAttempt[] maps = new MapAttempt[count];
             for (int i = 0; i < count; i++) {
                 int index = b.getInt();
@@ -212,7 +242,12 @@ final class RegisterProtocol {
                 check(attempt >= 0, "attempt " + attempt);
                 maps[i] = new MapAttempt(index, attempt);
             }
-            return new Request(numMaps, numReduces, reduce, maps, version);
+            int maxReply = Integer.MAX_VALUE;
+            if (tail > 0) {
+                maxReply = b.getInt();
+                check(maxReply >= 1, "a reply bound of " + maxReply + " bytes");
+            }
+            return new Request(numMaps, numReduces, reduce, maps, version, maxReply);
         } catch (BufferUnderflowException e) {
             throw new IllegalArgumentException("REGISTER request cut short", e);
         }
@@ -228,7 +263,7 @@ final class RegisterProtocol {
      * within {@code maxBytes} (past it, those are said as {@link #PUBLISHED}).
      */
     static ByteBuffer encodeOk(RegionDescriptor table, MapState[] maps, byte version, int maxBytes) {
-        long size = 1 + RegionDescriptor.ENCODED_BYTES + 4 + 17L * maps.length;
+        long size = OK_HEAD_BYTES + (long) STATE_BYTES * maps.length;
         boolean[] located = new boolean[maps.length];
         for (int i = 0; i < maps.length; i++) {
             Located l = maps[i].location();

@@ -336,7 +336,9 @@ final class ShuffleServer implements AutoCloseable {
             LOG.info("rdma-shuffle: {} of {} map outputs a reducer of job {} asked for are not on this NodeManager",
                     gone, states.length, realm);
         }
-        return RegisterProtocol.encodeOk(table.descriptor(), states, r.version(), maxReplyBytes);
+        // within this node's bound and the reducer's: a reply past the reducer's would break its connection
+        return RegisterProtocol.encodeOk(table.descriptor(), states, r.version(),
+                Math.min(maxReplyBytes, r.maxReplyBytes()));
     }
 
     /**

@@ -39,6 +39,24 @@ class RegisterProtocolTest {
 
     private static final RegionDescriptor TABLE = new RegionDescriptor(1L << 40, 96, 7);
 
+    @Test
+    void shouldNameNoMoreMapsInOneRequestThanItsReplyHoldsWhenTheReducersControlMessagesAreSmall() {
+        // A reducer gathers up to a REGISTER's worth of a host's maps (not Hadoop's 20 at a time): a reply past its
+        // own maxControlMessageSize would be dropped by its transport as a broken connection.
+        assertEquals(RegisterProtocol.MAX_MAPS_PER_REQUEST, RegisterProtocol.mapsPerRequest(
+                new RdmaShuffleConf(Map.of()).maxControlMessageSizeBytes()));
+        for (int limit : new int[] {1024, 4096, 17_000}) {
+            int n = RegisterProtocol.mapsPerRequest(limit);
+            MapState[] fits = new MapState[n];
+            Arrays.fill(fits, new MapState(RegisterProtocol.PUBLISHED, 1, 1));
+            assertTrue(RegisterProtocol.encodeOk(TABLE, fits).remaining() <= limit, n + " maps at " + limit);
+            MapState[] more = Arrays.copyOf(fits, n + 1);
+            more[n] = fits[0];
+            assertTrue(RegisterProtocol.encodeOk(TABLE, more).remaining() > limit, (n + 1) + " maps at " + limit);
+        }
+    }
+
+
     private static RegionDescriptor region(long address, long length, int rkey) {
         return new RegionDescriptor(address, length, rkey);
     }
@@ -84,6 +102,17 @@ class RegisterProtocolTest {
         assertEquals(RegisterProtocol.PUBLISHED, r.maps()[3].state());
         assertNull(r.maps()[3].location(), "PUBLISHED: READ through the table");
         assertEquals(0, r.maps()[4].location().regions().length, "an empty partition needs no region");
+    }
+
+    @Test
+    void shouldAnswerPublishedWhenAnIndexReadAgainPutsThePartitionPastTheEndOfLong() {
+        // An index read again from disk (dropped from the cache) is not checked against the registered file: its
+        // offset and length are whatever the job's files say now. One that overflows is no location, not a throw
+        // that fails the whole REGISTER.
+        RegionDescriptor[] file = {region(0x1000, 100, 11), region(0x2000, 100, 12)};
+        MapState st = RegisterProtocol.answer(Long.MAX_VALUE - 5, 40, 10, file);
+        assertEquals(RegisterProtocol.PUBLISHED, st.state());
+        assertNull(st.location());
     }
 
     @Test

@@ -30,8 +30,8 @@ import org.rdmashuffle.transport.TransportException;
 final class RequestStateMachine {
     private static final MapOutputLayout.PieceConsumer COUNT_ONLY = (region, offset, length) -> { };
     /** Why a located block goes through the engine's path: its region's key is unknown at the peer now. */
-    static final String REGION_GONE = "its region at the peer is deregistered (another attempt of the map replaced "
-            + "it there, or it was withdrawn)";
+    static final String REGION_GONE = "its region at the peer is deregistered (its job stopped there, or its output "
+            + "was withdrawn)";
 
     final FetchBuffers buffers;
     final FetchBudget budget;
@@ -322,8 +322,9 @@ final class RequestStateMachine {
                 if (status != ReadStatus.SUCCESS) {
                     buffers.giveBack(s);
                     if (status == ReadStatus.UNKNOWN_KEY && s.request.located() != null) {
-                        // The region the peer named is deregistered: another attempt replaced the output there, or
-                        // it was withdrawn. Its bytes are not READ as anyone's: the engine's path serves the map.
+                        // The region the peer named is deregistered: its job stopped there, or the output was
+                        // withdrawn (a peer keeps a lent region registered when another attempt replaces it). Its
+                        // bytes are not READ as anyone's: the engine's path serves the map.
                         return new Block(buffers, s.request, null, 0, 0, REGION_GONE, null, null);
                     }
                     return failure(s.request, "data READ failed: " + ReadStatus.describe(status), null);

@@ -33,6 +33,13 @@ public final class RegisteredOutputTable implements AutoCloseable {
     private final String realm;
     /** Bytes of the outputs registered here now (kept as they come and go: reading it costs no walk). */
     private long registeredBytes;
+    /** Map indexes whose current output's data regions were handed out ({@link #dataRegions}). */
+    private final java.util.BitSet lent = new java.util.BitSet();
+    /**
+     * Outputs replaced or withdrawn while their data regions were lent: kept registered until {@link #close}, so a
+     * reader holding their descriptors READs their bytes, never a region the transport registered after them.
+     */
+    private final java.util.List<RegisteredMapOutput> replaced = new java.util.ArrayList<>();
     /** Set by {@link #withdraw}: no peer finds the table any more, and nothing is published into it. */
     private boolean withdrawn;
     private boolean closed;
@@ -130,7 +137,10 @@ public final class RegisteredOutputTable implements AutoCloseable {
         slots.putInt(at, STATE_UNREGISTERED);
     }
 
-    /** Withdraws map index {@code mapIndex} (its rkeys fail from now on) and releases its output. */
+    /**
+     * Withdraws map index {@code mapIndex} (its slot and metadata rkeys fail from now on) and releases its output —
+     * unless its data regions were handed out ({@link #dataRegions}): then those stay registered until {@link #close}.
+     */
     public synchronized void remove(int mapIndex) {
         checkIndex(mapIndex);
         slots.putInt(mapIndex * SLOT_BYTES, STATE_EMPTY);
@@ -140,20 +150,26 @@ public final class RegisteredOutputTable implements AutoCloseable {
             metadata[mapIndex] = null;
         }
         if (outputs[mapIndex] != null) {
-            registeredBytes -= outputs[mapIndex].registeredBytes();
             RegisteredMapOutput o = outputs[mapIndex];
             outputs[mapIndex] = null;
-            o.close();
+            if (lent.get(mapIndex) && !closed) {
+                replaced.add(o); // its descriptors are out there: registered (and counted) until the table closes
+            } else {
+                registeredBytes -= o.registeredBytes();
+                o.close();
+            }
         }
+        lent.clear(mapIndex);
     }
 
     /**
      * The data regions of map index {@code mapIndex} when attempt {@code mapId} is what the table holds there,
      * registered; else null (another attempt, left to the engine's path, nothing, or the table withdrawn). Whoever
-     * is handed these descriptors READs that attempt's bytes or nothing: {@link #publish} and {@link #remove}
-     * deregister an output's regions before another attempt's slot is written, and a deregistered rkey is not
-     * given to another region (the transport's rule), so a READ with them fails with {@code UNKNOWN_KEY} once the
-     * attempt was replaced.
+     * is handed these descriptors READs that attempt's bytes or nothing: once handed out, the output stays registered
+     * when {@link #publish}, {@link #publishUnregistered} or {@link #remove} replace it, until the table is closed
+     * (then a READ with them fails, {@code UNKNOWN_KEY}, and the reader's job is over here). Deregistering it earlier
+     * would not do: a device may give its rkey, and the kernel its addresses, to a region registered after it (verbs
+     * reuses rkeys; only tcp's never repeat), whose bytes a READ with the old descriptors would then get.
      */
     public synchronized RegionDescriptor[] dataRegions(int mapIndex, long mapId) {
         checkIndex(mapIndex);
@@ -163,6 +179,7 @@ public final class RegisteredOutputTable implements AutoCloseable {
             return null;
         }
         RegisteredMapOutput o = outputs[mapIndex];
+        lent.set(mapIndex);
         RegionDescriptor[] regions = new RegionDescriptor[o.regionCount()];
         for (int r = 0; r < regions.length; r++) {
             regions[r] = o.region(r);
@@ -200,6 +217,11 @@ public final class RegisteredOutputTable implements AutoCloseable {
         closed = true;
         for (int i = numMaps - 1; i >= 0; i--) {
             remove(i);
+        }
+        for (int i = replaced.size() - 1; i >= 0; i--) {
+            RegisteredMapOutput o = replaced.remove(i);
+            registeredBytes -= o.registeredBytes();
+            o.close();
         }
         slotsRegion.close();
     }

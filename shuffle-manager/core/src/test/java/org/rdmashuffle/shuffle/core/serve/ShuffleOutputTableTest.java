@@ -178,6 +178,47 @@ class ShuffleOutputTableTest {
     }
 
     @Test
+    @Timeout(60)
+    void shouldKeepAnAttemptsLentRegionsRegisteredUntilClosedWhenAnotherAttemptReplacesIt(@TempDir Path dir)
+            throws Exception {
+        byte[] first = new byte[300];
+        byte[] second = new byte[300];
+        new SplittableRandom(3).nextBytes(first);
+        new SplittableRandom(4).nextBytes(second);
+        Path a = Files.write(dir.resolve("attempt_0.data"), first);
+        Path b = Files.write(dir.resolve("attempt_1.data"), second);
+        Path c = Files.write(dir.resolve("attempt_2.data"), second);
+        MapOutputLayout layout = new MapOutputLayout(new long[] {0, 300}, 4096);
+        try (RdmaNode executor = RdmaTransport.open(TCP, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(TCP, NodeOptions.loopback());
+             RegisteredOutputTable table = new RegisteredOutputTable(executor, 7, 1)) {
+            ByteBuffer sinkMem = ByteBuffer.allocateDirect(4096);
+            MemoryRegion sink = reducer.register(sinkMem, RegionAccess.READ_SINK);
+            RdmaChannel ch = reducer.connect(executor.localAddress());
+            table.publish(0, 0, RegisteredMapOutput.register(executor, a, layout));
+            RegionDescriptor lent = table.dataRegions(0, 0)[0]; // a reader holds attempt 0's location
+            table.publish(0, 1, RegisteredMapOutput.register(executor, b, layout)); // a rerun replaces it
+            assertEquals(null, table.dataRegions(0, 0), "no location of a replaced attempt is handed out");
+            // (on verbs the device may give a deregistered rkey, and the kernel its addresses, to a later region:
+            // only a region still registered keeps a stale descriptor from READing another attempt's bytes)
+            assertEquals(ReadStatus.SUCCESS, read(ch, lent.address(), lent.rkey(), 300, sink));
+            byte[] got = new byte[300];
+            sinkMem.duplicate().get(got);
+            assertTrue(java.util.Arrays.equals(first, got), "the lent location READs its own attempt's bytes");
+            assertEquals(600, table.registeredOutputBytes(), "the replaced attempt's bytes stay registered");
+
+            // an attempt never lent is released at once when replaced, as before
+            table.publish(0, 2, RegisteredMapOutput.register(executor, c, layout));
+            assertEquals(600, table.registeredOutputBytes());
+
+            table.close();
+            assertEquals(0, table.registeredOutputBytes());
+            assertEquals(ReadStatus.UNKNOWN_KEY, read(ch, lent.address(), lent.rkey(), 300, sink));
+            assertEquals(0, executor.stats().registeredRegions(), "every region is gone with the table");
+        }
+    }
+
+    @Test
     void shouldRejectCorruptMetadataWhenParsed() {
         ByteBuffer b = ByteBuffer.allocate(24).putInt(1000).putInt(4).putLong(1 << 20).putLong(7).flip();
         assertCorrupt(() -> ShuffleOutputTable.Metadata.parse(b, where(1000, 4)));
