@@ -22,8 +22,7 @@ public interface ControlHandler {
      * {@link #onMessage(ByteBuffer)} does, whatever the realm.
      *
      * @param realm the realm the sending connection proved it holds the secret of, on a node with secrets
-     *        per realm ({@link NodeOptions#secrets()}); {@code null} on every other node (and on the verbs
-     *        provider)
+     *        per realm ({@link NodeOptions#secrets()}), on either provider; {@code null} on every other node
      * @param request the message (a read-only view valid only during the call)
      */
     default ByteBuffer onMessage(String realm, ByteBuffer request) throws Exception {

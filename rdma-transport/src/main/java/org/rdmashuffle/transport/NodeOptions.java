@@ -10,7 +10,7 @@ import java.util.Objects;
  * server that serves many jobs, each with its own secret, such as a Hadoop NodeManager): every connection
  * accepted names a realm and proves it holds that realm's secret, and READs only regions registered for
  * that realm. The outgoing side of either is {@code secret}, with {@code realm} when the peer serves realms.
- * Realms are served by the tcp provider only.
+ * Realms are served by the tcp provider, and by the verbs provider through java.lang.foreign (docs/verbs.md).
  *
  * @param bindHost address to listen on (e.g. the executor's host)
  * @param advertisedHost host name peers use to reach this node
@@ -68,12 +68,6 @@ public record NodeOptions(String bindHost, String advertisedHost, ControlHandler
     public NodeOptions withSecrets(SecretResolver resolver) {
         return new NodeOptions(bindHost, advertisedHost, controlHandler, secret, realm, resolver);
     }
-
-    /**
-     * Why options with realms ({@link #usesRealms()}) never open a verbs node: {@link RdmaTransport} reports it
-     * and the verbs node refuses them with it (here, where both may read it without knowing each other).
-     */
-    public static final String REALMS_ON_TCP_ONLY = "realms (a secret per job) are served by the tcp provider only";
 
     /** Whether these options use realms (a realm for outgoing connections, or secrets per realm for accepted ones). */
     public boolean usesRealms() {

@@ -64,6 +64,18 @@ public interface RdmaNode extends AutoCloseable {
     MemoryRegion registerFile(FileChannel file, String name, long offset, int length, String realm)
             throws IOException;
 
+    /**
+     * {@code realm}'s job stopped: on a node with secrets per realm, drops what peers of that realm hold here. The
+     * verbs provider closes the queue pairs accepted for the realm (READs through them fail) and deallocates its
+     * protection domain once its regions are closed too (by their owners); the tcp provider does nothing (its
+     * connections of the realm stay until they close; a resolver that forgot the realm refuses new ones). Regions are not closed here, and a later connection or registration for the realm
+     * (while the node's resolver still knows its secret) works as before. Nothing on a node without realms.
+     *
+     * @param realm valid as {@link Realms#requireValid} checks
+     */
+    default void closeRealm(String realm) {
+    }
+
     /** A registrar for a {@link org.rdmashuffle.pool.BufferPool} whose buffers receive READs. */
     Registrar sinkRegistrar();
 

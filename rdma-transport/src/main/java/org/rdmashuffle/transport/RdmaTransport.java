@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.util.Optional;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.transport.tcp.TcpNode;
+import org.rdmashuffle.transport.verbs.VerbsApis;
 import org.rdmashuffle.transport.verbs.VerbsNode;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -18,8 +19,9 @@ public final class RdmaTransport {
     /**
      * Opens a node. {@code auto} picks verbs where it can run and otherwise tcp, logging one WARN line
      * that names what was missing (a provider chosen as asked is logged at INFO); {@code verbs} fails with
-     * that reason instead. Options with realms ({@link NodeOptions#usesRealms()}) make {@code auto} pick
-     * tcp, and {@code verbs} fail, whatever the machine has.
+     * that reason instead. Options with realms ({@link NodeOptions#usesRealms()}) need the java.lang.foreign
+     * API (a protection domain per realm, queue pairs bound to a realm by a proof in rdma_cm private data):
+     * where DiSNI would be used, {@code auto} picks tcp and {@code verbs} fails, saying so.
      */
     public static RdmaNode open(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         return openChosen(conf, options).node();
@@ -36,15 +38,15 @@ public final class RdmaTransport {
             case TCP:
                 return new Opened(new TcpNode(conf, options), TransportChoice.tcp("provider=tcp", false));
             case VERBS: {
-                Optional<String> unsupported = verbsCannotServe(options);
-                if (unsupported.isPresent()) {
-                    throw new TransportException(provider + "=verbs, but " + unsupported.get()
-                            + ". Use provider=tcp or auto.");
-                }
                 Optional<String> missing = VerbsSupport.missing(conf.verbsApi());
                 if (missing.isPresent()) {
                     throw new TransportException(provider + "=verbs, but the verbs provider cannot run: "
                             + missing.get() + ". Use provider=tcp or auto.");
+                }
+                Optional<String> unsupported = verbsCannotServe(conf, options);
+                if (unsupported.isPresent()) {
+                    throw new TransportException(provider + "=verbs, but " + unsupported.get()
+                            + ". Use provider=tcp or auto.");
                 }
                 try {
                     VerbsNode n = new VerbsNode(conf, options);
@@ -56,7 +58,8 @@ public final class RdmaTransport {
             }
             case AUTO:
             default: {
-                Optional<String> missing = verbsCannotServe(options).or(() -> VerbsSupport.missing(conf.verbsApi()));
+                Optional<String> missing = VerbsSupport.missing(conf.verbsApi())
+                        .or(() -> verbsCannotServe(conf, options));
                 if (missing.isPresent()) {
                     LOG.warn("{}=auto: using tcp ({})", provider, missing.get());
                     return new Opened(new TcpNode(conf, options), TransportChoice.tcp("auto: " + missing.get(), true));
@@ -79,9 +82,12 @@ public final class RdmaTransport {
         return new TransportChoice("verbs", n.device(), n.api(), reason, false);
     }
 
-    /** What in {@code options} the verbs provider cannot serve, whatever the machine has; empty when nothing. */
-    static Optional<String> verbsCannotServe(NodeOptions options) {
-        return options.usesRealms() ? Optional.of(NodeOptions.REALMS_ON_TCP_ONLY) : Optional.empty();
+    /**
+     * What in {@code options} the verbs provider cannot serve through the API {@code conf} leads to (realms over
+     * DiSNI, {@link VerbsApis#REALMS_NEED_PRIVATE_DATA}); empty when nothing. Asked once verbs can run.
+     */
+    static Optional<String> verbsCannotServe(RdmaShuffleConf conf, NodeOptions options) {
+        return options.usesRealms() ? VerbsApis.realmsMissing(conf.verbsApi()) : Optional.empty();
     }
 
     /**

@@ -32,32 +32,30 @@ class RdmaTransportTest {
 
     @Test
     @Timeout(30)
-    void shouldOpenATcpNodeServingRealmsWhenProviderIsAutoAndOptionsUseRealms() throws Exception {
-        // Decided from the options, before the machine is probed: even where verbs could run, auto picks tcp.
+    void shouldOpenATcpNodeServingRealmsWhenProviderIsAutoAndVerbsWouldRunThroughDisni() throws Exception {
         NodeOptions resolver = NodeOptions.loopback().withSecrets(realm -> null);
         NodeOptions realm = NodeOptions.loopback().withRealm("job_1_0002", new byte[] {1, 2, 3});
-        assertEquals(java.util.Optional.of(NodeOptions.REALMS_ON_TCP_ONLY), RdmaTransport.verbsCannotServe(resolver));
-        assertEquals(java.util.Optional.of(NodeOptions.REALMS_ON_TCP_ONLY), RdmaTransport.verbsCannotServe(realm));
-        assertEquals(java.util.Optional.empty(), RdmaTransport.verbsCannotServe(NodeOptions.loopback()));
+        RdmaShuffleConf disni = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.verbs.api", "disni"));
+        RdmaShuffleConf ffm = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.verbs.api", "ffm"));
+        String why = "verbs: realms (a secret per job) need rdma_cm private data, which DiSNI 2.1 drops; use "
+                + "spark.shuffle.rdma.verbs.api=ffm on Java 22+";
+        assertEquals(java.util.Optional.of(why), RdmaTransport.verbsCannotServe(disni, resolver));
+        assertEquals(java.util.Optional.of(why), RdmaTransport.verbsCannotServe(disni, realm));
+        assertEquals(java.util.Optional.empty(), RdmaTransport.verbsCannotServe(ffm, resolver));
+        assertEquals(java.util.Optional.empty(), RdmaTransport.verbsCannotServe(ffm, realm));
+        assertEquals(java.util.Optional.empty(), RdmaTransport.verbsCannotServe(disni, NodeOptions.loopback()));
         assertEquals(java.util.Optional.empty(),
-                RdmaTransport.verbsCannotServe(NodeOptions.loopback().withSecret(new byte[] {1})));
-        // And the tcp node it opens serves the realms: the resolver node refuses a client that names none.
-        try (RdmaNode server = RdmaTransport.open(RdmaShuffleConf.defaults(), resolver);
+                RdmaTransport.verbsCannotServe(disni, NodeOptions.loopback().withSecret(new byte[] {1})));
+        // auto leads to java.lang.foreign where it can run (Java 22+ with rdma-core), else to DiSNI
+        boolean ffmRuns = org.rdmashuffle.transport.verbs.VerbsApis.apiMissing(RdmaShuffleConf.VerbsApi.FFM).isEmpty();
+        assertEquals(ffmRuns ? java.util.Optional.empty() : java.util.Optional.of(why),
+                RdmaTransport.verbsCannotServe(RdmaShuffleConf.defaults(), resolver));
+        // And the tcp node auto opens serves the realms: the resolver node refuses a client that names none.
+        try (RdmaNode server = RdmaTransport.open(disni, resolver);
              RdmaNode client = RdmaTransport.open(RdmaShuffleConf.defaults(), NodeOptions.loopback())) {
             assertEquals("tcp", server.localAddress().provider());
             TransportException e = assertThrows(TransportException.class, () -> client.connect(server.localAddress()));
             assertTrue(e.getMessage().contains("named no realm"), e.getMessage());
-        }
-    }
-
-    @Test
-    void shouldRefuseRealmsNamingTheTcpProviderWhenProviderIsVerbs() {
-        RdmaShuffleConf conf = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "verbs"));
-        for (NodeOptions options : new NodeOptions[] {NodeOptions.loopback().withSecrets(realm -> null),
-                NodeOptions.loopback().withRealm("job_1_0002", new byte[] {1})}) {
-            TransportException e = assertThrows(TransportException.class, () -> RdmaTransport.open(conf, options));
-            assertEquals("spark.shuffle.rdma.provider=verbs, but realms (a secret per job) are served by the tcp "
-                    + "provider only. Use provider=tcp or auto.", e.getMessage());
         }
     }
 

@@ -65,10 +65,28 @@ final class AcceptedQueuePairs {
     }
 
     /**
+     * What an admitted queue pair is bound to: the realm it was admitted for ({@code null}: none), the
+     * protection domain it is created in ({@code null}: the device's default one), and what lets go of that
+     * domain once the queue pair is destroyed ({@link Entry#destroyed}).
+     */
+    record Binding(String realm, VerbsDevice.Domain domain, Runnable release) {
+        static final Binding NONE = new Binding(null, null, () -> { });
+    }
+
+    /**
      * Admits a connect request from {@code from} when both caps leave room and {@code authorised} (asked
      * only then, and at most once) says yes.
      */
     synchronized Admission admit(InetSocketAddress from, BooleanSupplier authorised, long nowNanos) {
+        return admit(from, () -> authorised.getAsBoolean() ? Binding.NONE : null, nowNanos);
+    }
+
+    /**
+     * Admits a connect request from {@code from} when both caps leave room and {@code authorise} (asked
+     * only then, and at most once) binds it (null: refused).
+     */
+    synchronized Admission admit(InetSocketAddress from, java.util.function.Supplier<Binding> authorise,
+                                 long nowNanos) {
         if (size >= maxPerNode) {
             return new Admission(null, Refusal.NODE_CAP);
         }
@@ -76,10 +94,11 @@ final class AcceptedQueuePairs {
         if (perAddress.getOrDefault(ip, 0) >= maxPerAddress) {
             return new Admission(null, Refusal.ADDRESS_CAP);
         }
-        if (!authorised.getAsBoolean()) {
+        Binding b = authorise.get();
+        if (b == null) {
             return new Admission(null, Refusal.NOT_AUTHORISED);
         }
-        Entry e = new Entry(from, nowNanos);
+        Entry e = new Entry(from, nowNanos, b);
         size++;
         perAddress.merge(ip, 1, Integer::sum);
         byPeer.put(from, e);
@@ -125,6 +144,25 @@ final class AcceptedQueuePairs {
         return out == null ? List.of() : out;
     }
 
+    /**
+     * The realm is closed: its connected queue pairs' closers (each returned once), and its queue pairs still
+     * connecting are never recorded as connected ({@link Entry#connected} returns false: their device closes
+     * them).
+     */
+    synchronized List<Runnable> closeRealm(String realm) {
+        List<Runnable> out = new ArrayList<>();
+        for (Entry e : byPeer.values()) {
+            if (realm.equals(e.binding.realm())) {
+                e.realmClosed = true;
+                if (e.state == CONNECTED && !e.reaped) {
+                    e.reaped = true;
+                    out.add(e.closer);
+                }
+            }
+        }
+        return out;
+    }
+
     private void remove(Entry e) {
         size--;
         InetAddress ip = e.from.getAddress();
@@ -135,15 +173,40 @@ final class AcceptedQueuePairs {
     /** One accepted queue pair. */
     final class Entry {
         final InetSocketAddress from;
+        private final Binding binding;
         private volatile long lastSeenNanos;
+        private final java.util.concurrent.atomic.AtomicBoolean released = new java.util.concurrent.atomic.AtomicBoolean();
         // Guarded by AcceptedQueuePairs.this.
         private int state = CONNECTING;
         private boolean reaped;
+        private boolean realmClosed;
         private Runnable closer;
 
-        private Entry(InetSocketAddress from, long nowNanos) {
+        private Entry(InetSocketAddress from, long nowNanos, Binding binding) {
             this.from = from;
             this.lastSeenNanos = nowNanos;
+            this.binding = binding;
+        }
+
+        /** The realm the queue pair was admitted for, or null. */
+        String realm() {
+            return binding.realm();
+        }
+
+        /** The protection domain to create the queue pair in, or null for the device's default one. */
+        VerbsDevice.Domain domain() {
+            return binding.domain();
+        }
+
+        /**
+         * The queue pair is destroyed (or was never created): it lets go of its realm's protection domain.
+         * Devices call it once the queue pair no longer exists, never before (a domain is deallocated only
+         * when nothing is in it). Idempotent.
+         */
+        void destroyed() {
+            if (released.compareAndSet(false, true)) {
+                binding.release().run();
+            }
         }
 
         /**
@@ -153,7 +216,7 @@ final class AcceptedQueuePairs {
          */
         boolean connected(Runnable closer, long nowNanos) {
             synchronized (AcceptedQueuePairs.this) {
-                if (state == GONE) {
+                if (state == GONE || realmClosed) {
                     return false;
                 }
                 state = CONNECTED;

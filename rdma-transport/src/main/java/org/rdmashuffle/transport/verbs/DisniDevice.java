@@ -185,7 +185,10 @@ final class DisniDevice implements VerbsDevice {
     }
 
     @Override
-    public Memory register(ByteBuffer memory, int access) throws IOException {
+    public Memory register(Domain domain, ByteBuffer memory, int access) throws IOException {
+        if (domain != null) {
+            throw new TransportException(VerbsApis.REALMS_NEED_PRIVATE_DATA); // openDomain never gives one
+        }
         IbvMr mr;
         try {
             mr = pd.regMr(memory, access).execute().free().getMr();
@@ -224,6 +227,12 @@ final class DisniDevice implements VerbsDevice {
     @Override
     public boolean carriesProof() {
         return false;
+    }
+
+    /** Never: without private data on the accepting side no queue pair can be bound to a realm. */
+    @Override
+    public Domain openDomain() throws IOException {
+        throw new TransportException(VerbsApis.REALMS_NEED_PRIVATE_DATA);
     }
 
     @Override

@@ -1,5 +1,6 @@
 package org.rdmashuffle.transport.verbs;
 
+import java.io.IOException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.util.Set;
@@ -34,9 +35,22 @@ final class QueuePairAcceptor {
     private final Set<InetAddress> refusedFrom = ConcurrentHashMap.newKeySet();
     private final LongAdder queuePairsRefused = new LongAdder();
 
+    /** The protection domain of each realm, on a node with realms; else null. */
+    private final RealmDomains domains;
+
     QueuePairAcceptor(RdmaShuffleConf conf, byte[] secret) {
+        this(conf, secret, null, null);
+    }
+
+    /**
+     * @param secrets the secret of each realm (a node with realms: every queue pair proves one, and is created
+     *        in its realm's domain from {@code domains}); null for a node without
+     */
+    QueuePairAcceptor(RdmaShuffleConf conf, byte[] secret, org.rdmashuffle.transport.SecretResolver secrets,
+                      RealmDomains domains) {
         this.conf = conf;
-        this.admissions = secret == null ? null : new QueuePairAdmissions(secret);
+        this.admissions = secret == null && secrets == null ? null : new QueuePairAdmissions(secret, secrets);
+        this.domains = secrets == null ? null : domains;
         this.accepted = new AcceptedQueuePairs(conf.maxConnections(), conf.maxConnectionsPerAddress());
     }
 
@@ -48,13 +62,26 @@ final class QueuePairAcceptor {
      * @return the nonce, or null
      */
     byte[] admit(InetAddress from, boolean proves, boolean deviceReadsProofs) {
+        return admit(from, proves, deviceReadsProofs, null);
+    }
+
+    /**
+     * As {@link #admit(InetAddress, boolean, boolean)}, asked over a control connection authenticated for
+     * {@code realm} (null: none): on a node with realms the nonce is bound to it, and a requester that
+     * cannot prove is refused (no address admissions there).
+     */
+    byte[] admit(InetAddress from, boolean proves, boolean deviceReadsProofs, String realm) {
         long now = System.nanoTime();
         long deadline = now + TimeUnit.MILLISECONDS.toNanos(2 * conf.connectTimeoutMs() + 5_000);
         if (admissions == null) {
             return null; // authentication is off here: every queue pair is admitted (within the caps)
         }
+        if (domains != null && (realm == null || !proves || !deviceReadsProofs)) {
+            throw new IllegalStateException("this node serves realms: a queue pair must carry a proof of its "
+                    + "realm's secret in rdma_cm private data (spark.shuffle.rdma.verbs.api=ffm on both ends)");
+        }
         if (proves && deviceReadsProofs) {
-            byte[] nonce = admissions.issueNonce(from, deadline, now);
+            byte[] nonce = admissions.issueNonce(from, realm, deadline, now);
             if (nonce == null) {
                 throw new IllegalStateException("too many queue pair admissions pending");
             }
@@ -74,8 +101,7 @@ final class QueuePairAcceptor {
         }
         long now = System.nanoTime();
         InetAddress ip = from.getAddress();
-        AcceptedQueuePairs.Admission a = accepted.admit(from,
-                () -> admissions == null || admissions.admit(ip, privateData, now), now);
+        AcceptedQueuePairs.Admission a = accepted.admit(from, () -> bind(ip, privateData, now), now);
         if (a.entry() != null) {
             return a.entry();
         }
@@ -94,6 +120,41 @@ final class QueuePairAcceptor {
             }
         }
         return null;
+    }
+
+    /** The binding of an authorised connect request (its realm's domain), or null when refused. */
+    private AcceptedQueuePairs.Binding bind(InetAddress ip, byte[] privateData, long now) {
+        if (admissions == null) {
+            return AcceptedQueuePairs.Binding.NONE;
+        }
+        QueuePairAdmissions.Admitted a = admissions.admitFor(ip, privateData, now);
+        if (a == null) {
+            return null;
+        }
+        if (a.realm() == null || domains == null) {
+            return AcceptedQueuePairs.Binding.NONE;
+        }
+        try {
+            RealmDomains.Lease lease = domains.acquire(a.realm());
+            return new AcceptedQueuePairs.Binding(a.realm(), lease.domain(), lease::release);
+        } catch (IOException | RuntimeException e) {
+            LOG.warn("verbs: refused a queue pair from {}: no protection domain for its realm ({})", ip,
+                    e.getMessage());
+            return null;
+        }
+    }
+
+    /**
+     * Closes (through {@code node}'s workers) the queue pairs accepted for {@code realm}, and forgets the
+     * nonces issued for it: its queue pairs still connecting never become connected.
+     */
+    void closeRealm(VerbsNode node, String realm) {
+        if (admissions != null) {
+            admissions.dropRealm(realm);
+        }
+        for (Runnable close : accepted.closeRealm(realm)) {
+            node.execute(close);
+        }
     }
 
     /** A keep-alive named the accepted queue pair at {@code qp} (the peer's end). */

@@ -31,6 +31,12 @@ import javax.crypto.spec.SecretKeySpec;
  * an address admission exists only when a peer asked for one, so a racer can never take the place of a
  * peer that proves.
  *
+ * <p>On a node with a secret per realm ({@link org.rdmashuffle.transport.NodeOptions#secrets()}), the nonce
+ * records the realm of the authenticated control connection that asked for it, and the proof must be made
+ * with that realm's secret (looked up when the request comes: a realm its resolver forgot admits nothing).
+ * The admitted queue pair is then bound to that realm ({@link #admitFor}). Such a node issues nonces only:
+ * no address admissions.
+ *
  * <p>Bounded: at most {@link #MAX_PER_ADDRESS} pending admissions per address (older ones are dropped)
  * and {@link #MAX_ADDRESSES} addresses (expired ones are dropped first, then the request is refused).
  * Thread-safe.
@@ -48,24 +54,47 @@ final class QueuePairAdmissions {
     static final int MAX_ADDRESSES = 1024;
     private static final SecureRandom RANDOM = new SecureRandom();
 
-    private record Pending(InetAddress from, long deadlineNanos) {
+    private record Pending(InetAddress from, long deadlineNanos, String realm) {
     }
 
+    /** An admitted connect request: the realm its nonce was issued for (null: none). */
+    record Admitted(String realm) {
+    }
+
+    private static final Admitted NO_REALM = new Admitted(null);
+
     private final byte[] secret;
+    /** The secret of each realm, on a node with realms; else null. */
+    private final org.rdmashuffle.transport.SecretResolver secrets;
     private final Map<ByteBuffer, Pending> nonces = new HashMap<>();
     private final Map<InetAddress, ArrayDeque<ByteBuffer>> noncesByAddress = new HashMap<>();
     private final Map<InetAddress, ArrayDeque<Long>> addresses = new HashMap<>();
 
     QueuePairAdmissions(byte[] secret) {
-        this.secret = secret.clone();
+        this(secret, null);
     }
 
     /**
-     * A nonce for one queue pair from {@code from}, valid until {@code deadlineNanos}.
+     * @param secret the node's one secret, for nonces issued for no realm (null when it has none)
+     * @param secrets the secret of each realm, or null on a node without realms
+     */
+    QueuePairAdmissions(byte[] secret, org.rdmashuffle.transport.SecretResolver secrets) {
+        this.secret = secret == null ? null : secret.clone();
+        this.secrets = secrets;
+    }
+
+    /** A nonce for one queue pair from {@code from}, for no realm; see {@link #issueNonce(InetAddress, String, long, long)}. */
+    synchronized byte[] issueNonce(InetAddress from, long deadlineNanos, long nowNanos) {
+        return issueNonce(from, null, deadlineNanos, nowNanos);
+    }
+
+    /**
+     * A nonce for one queue pair from {@code from}, valid until {@code deadlineNanos}, whose proof must be
+     * made with {@code realm}'s secret (null: the node's one secret).
      *
      * @return the nonce, or null when too many addresses have admissions pending
      */
-    synchronized byte[] issueNonce(InetAddress from, long deadlineNanos, long nowNanos) {
+    synchronized byte[] issueNonce(InetAddress from, String realm, long deadlineNanos, long nowNanos) {
         if (!roomFor(from, nowNanos)) {
             return null;
         }
@@ -77,7 +106,7 @@ final class QueuePairAdmissions {
             nonces.remove(q.pollFirst());
         }
         q.addLast(key);
-        nonces.put(key, new Pending(from, deadlineNanos));
+        nonces.put(key, new Pending(from, deadlineNanos, realm));
         return n.clone();
     }
 
@@ -130,19 +159,30 @@ final class QueuePairAdmissions {
      * alone; one without uses an address admission.
      */
     synchronized boolean admit(InetAddress from, byte[] privateData, long nowNanos) {
+        return admitFor(from, privateData, nowNanos) != null;
+    }
+
+    /**
+     * As {@link #admit}: what the request was admitted for (the realm of its nonce), or null when refused.
+     */
+    synchronized Admitted admitFor(InetAddress from, byte[] privateData, long nowNanos) {
         if (isProof(privateData)) {
             ByteBuffer key = ByteBuffer.wrap(privateData, 3, NONCE_BYTES).slice();
             Pending p = nonces.get(key);
             if (p == null || !p.from().equals(from) || p.deadlineNanos() - nowNanos <= 0) {
-                return false;
+                return null;
+            }
+            byte[] proven = p.realm() == null ? secret : secrets == null ? null : secrets.secretOf(p.realm());
+            if (proven == null || proven.length == 0) {
+                return null; // the realm is no longer known here (or the node has no secret for none)
             }
             byte[] nonce = new byte[NONCE_BYTES];
             System.arraycopy(privateData, 3, nonce, 0, NONCE_BYTES);
-            byte[] expected = mac(secret, nonce, from);
+            byte[] expected = mac(proven, nonce, from);
             byte[] got = new byte[MAC_BYTES];
             System.arraycopy(privateData, 3 + NONCE_BYTES, got, 0, MAC_BYTES);
             if (!MessageDigest.isEqual(expected, got)) {
-                return false; // spends nothing: the peer that asked for the nonce may still use it
+                return null; // spends nothing: the peer that asked for the nonce may still use it
             }
             nonces.remove(key);
             ArrayDeque<ByteBuffer> q = noncesByAddress.get(from);
@@ -152,7 +192,10 @@ final class QueuePairAdmissions {
                     noncesByAddress.remove(from);
                 }
             }
-            return true;
+            return p.realm() == null ? NO_REALM : new Admitted(p.realm());
+        }
+        if (secrets != null) {
+            return null; // a node with realms admits no address
         }
         ArrayDeque<Long> q = addresses.get(from);
         while (q != null && !q.isEmpty()) {
@@ -160,14 +203,31 @@ final class QueuePairAdmissions {
                 if (q.isEmpty()) {
                     addresses.remove(from);
                 }
-                return true;
+                return NO_REALM;
             }
         }
         addresses.remove(from);
-        return false;
+        return null;
     }
 
-    /** Admissions pending now (nonces and addresses), for tests. */
+    /** Forgets every nonce issued for {@code realm} (the realm is closed). */
+    synchronized void dropRealm(String realm) {
+        for (Iterator<Map.Entry<ByteBuffer, Pending>> it = nonces.entrySet().iterator(); it.hasNext();) {
+            Map.Entry<ByteBuffer, Pending> e = it.next();
+            if (realm.equals(e.getValue().realm())) {
+                it.remove();
+                ArrayDeque<ByteBuffer> q = noncesByAddress.get(e.getValue().from());
+                if (q != null) {
+                    q.remove(e.getKey());
+                    if (q.isEmpty()) {
+                        noncesByAddress.remove(e.getValue().from());
+                    }
+                }
+            }
+        }
+    }
+
+/** Admissions pending now (nonces and addresses), for tests. */
     synchronized int pending() {
         int n = nonces.size();
         for (ArrayDeque<Long> q : addresses.values()) {

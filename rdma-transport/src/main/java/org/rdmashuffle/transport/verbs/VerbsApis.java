@@ -22,6 +22,13 @@ public final class VerbsApis {
     /** The first Java release whose foreign function API is final. */
     static final int FFM_JAVA = 22;
 
+    /**
+     * Why a node with realms never runs over DiSNI: a queue pair is bound to its realm by the proof its connect
+     * request carries in rdma_cm private data, which DiSNI 2.1 drops on the accepting side.
+     */
+    public static final String REALMS_NEED_PRIVATE_DATA = "verbs: realms (a secret per job) need rdma_cm private "
+            + "data, which DiSNI 2.1 drops; use spark.shuffle.rdma.verbs.api=ffm on Java 22+";
+
     private static volatile Optional<String> deviceMissing;
     private static volatile Optional<String> disniMissing;
     private static volatile Optional<String> ffmMissing;
@@ -59,6 +66,16 @@ public final class VerbsApis {
                 return Optional.of("neither verbs API can run: java.lang.foreign: " + f.get() + "; DiSNI: " + d.get());
             }
         }
+    }
+
+    /**
+     * Empty when a node with realms can run through {@code api} (the one {@link #choose} would take carries
+     * rdma_cm private data: java.lang.foreign); else {@link #REALMS_NEED_PRIVATE_DATA}. Ask when
+     * {@link #missing} is empty.
+     */
+    public static Optional<String> realmsMissing(VerbsApi api) {
+        boolean disni = api == VerbsApi.DISNI || (api != VerbsApi.FFM && ffm().isPresent());
+        return disni ? Optional.of(REALMS_NEED_PRIVATE_DATA) : Optional.empty();
     }
 
     /** The factory for {@code api}; {@link #missing} must be empty for it. */

@@ -46,12 +46,12 @@ final class VerbsControl implements AutoCloseable {
         this.tcp = new TcpNode(conf, options.withControlHandler(new ControlHandler() {
             @Override
             public ByteBuffer onMessage(ByteBuffer request) throws Exception {
-                return onControl(request);
+                return onControl(null, request);
             }
 
             @Override
             public CompletableFuture<ByteBuffer> onMessageAsync(String realm, ByteBuffer request) {
-                return onControlAsync(request);
+                return onControlAsync(realm, request);
             }
         }));
     }
@@ -63,12 +63,13 @@ final class VerbsControl implements AutoCloseable {
 
     /**
      * A user message's reply is the user handler's future, passed through (it may complete later: the tcp node
-     * serves other connections meanwhile); the node's own messages are answered at once.
+     * serves other connections meanwhile); the node's own messages are answered at once. {@code realm} is the
+     * one the control connection proved (a node with secrets per realm), else null.
      */
-    private CompletableFuture<ByteBuffer> onControlAsync(ByteBuffer request) {
+    private CompletableFuture<ByteBuffer> onControlAsync(String realm, ByteBuffer request) {
         if (request.hasRemaining() && request.get(request.position()) == OP_USER && !node.isClosed()) {
             try {
-                CompletableFuture<ByteBuffer> reply = userHandler.onMessageAsync(null, // verbs serves no realms
+                CompletableFuture<ByteBuffer> reply = userHandler.onMessageAsync(realm,
                         request.slice(request.position() + 1, request.remaining() - 1));
                 return reply != null ? reply
                         : CompletableFuture.failedFuture(new NullPointerException("the handler returned no future"));
@@ -77,13 +78,13 @@ final class VerbsControl implements AutoCloseable {
             }
         }
         try {
-            return CompletableFuture.completedFuture(onControl(request));
+            return CompletableFuture.completedFuture(onControl(realm, request));
         } catch (Throwable e) {
             return CompletableFuture.failedFuture(e);
         }
     }
 
-    private ByteBuffer onControl(ByteBuffer request) throws Exception {
+    private ByteBuffer onControl(String realm, ByteBuffer request) throws Exception {
         if (!request.hasRemaining()) {
             throw new IllegalArgumentException("empty verbs control message");
         }
@@ -93,7 +94,7 @@ final class VerbsControl implements AutoCloseable {
         byte op = request.get();
         switch (op) {
             case OP_USER:
-                return userHandler.onMessage(null, request.slice()); // verbs serves no realms
+                return userHandler.onMessage(realm, request.slice());
             case OP_HELLO:
                 return ByteBuffer.allocate(8).putInt(0, node.rdmaPort())
                         .putInt(4, node.queuePairParameters().readDepth());
@@ -102,7 +103,7 @@ final class VerbsControl implements AutoCloseable {
                 byte[] ip = new byte[request.remaining()];
                 request.get(ip);
                 byte[] nonce = node.acceptor().admit(InetAddress.getByAddress(ip), proves,
-                        node.carriesProof());
+                        node.carriesProof(), realm); // on a node with realms, the queue pair is bound to it
                 return nonce == null ? null : ByteBuffer.wrap(nonce);
             }
             case OP_KEEPALIVE: {
@@ -116,7 +117,7 @@ final class VerbsControl implements AutoCloseable {
                 int rkey = request.getInt();
                 long addr = request.getLong();
                 int len = request.getInt();
-                return ByteBuffer.allocate(1).put(0, (byte) node.memory().check(rkey, addr, len));
+                return ByteBuffer.allocate(1).put(0, (byte) node.memory().check(rkey, addr, len, realm));
             }
             default:
                 throw new IllegalArgumentException("unknown verbs control message " + op);

@@ -8,9 +8,11 @@ import java.nio.ByteBuffer;
 /**
  * What a {@link VerbsNode} needs of rdma-core, behind the API that reaches it: DiSNI and its libdisni
  * ({@link DisniDevice}, Java 17+), or libibverbs and librdmacm called through {@code java.lang.foreign}
- * ({@code FfmDevice}, Java 22+, in the jar's {@code META-INF/versions/22}). One rdma_cm listener, one
- * protection domain for every registration, and one completion queue for every queue pair of the node,
- * whose completions go to {@link VerbsChannel#onCompletion} on the device's completion thread.
+ * ({@code FfmDevice}, Java 22+, in the jar's {@code META-INF/versions/22}). One rdma_cm listener, a default
+ * protection domain (client queue pairs, READ sinks, and every registration of a node without realms), a
+ * protection domain per realm a node serves ({@link #openDomain}: that realm's regions and the queue pairs
+ * accepted for it), and one completion queue for every queue pair of the node, whose completions go to
+ * {@link VerbsChannel#onCompletion} on the device's completion thread.
  *
  * <p>Everything else — the control connection, admission, the READ window, failure diagnosis and
  * repost, timeouts, accounting — is the node's and the channel's, the same for both APIs.
@@ -36,12 +38,28 @@ interface VerbsDevice {
     /** The rdma_cm listener's port. */
     int port();
 
+    /** Registers {@code memory} (position 0 to capacity) with the default protection domain. */
+    default Memory register(ByteBuffer memory, int access) throws IOException {
+        return register(null, memory, access);
+    }
+
     /**
-     * Registers {@code memory} (position 0 to capacity) with the protection domain.
+     * Registers {@code memory} (position 0 to capacity) with {@code domain} ({@code null}: the default one).
      *
      * @throws IOException naming what to check (locked-memory limit, the device's max_mr_size)
      */
-    Memory register(ByteBuffer memory, int access) throws IOException;
+    Memory register(Domain domain, ByteBuffer memory, int access) throws IOException;
+
+    /**
+     * A new protection domain (ibv_alloc_pd) for one realm: its regions are registered in it, and the queue
+     * pairs accepted for the realm are created in it (the device asks the admission's
+     * {@link AcceptedQueuePairs.Entry#domain()}), so that a READ through them reaches only its regions (a
+     * NIC answers an rkey of another domain with a remote access error). Deallocated by
+     * {@link Domain#deallocate()} once its regions and queue pairs are gone.
+     *
+     * @throws IOException when the device cannot allocate one, or this API cannot bind a queue pair to one
+     */
+    Domain openDomain() throws IOException;
 
     /**
      * A connected client queue pair to the rdma_cm listener at {@code target}, within {@code timeoutMs},
@@ -76,11 +94,17 @@ interface VerbsDevice {
     default void checkPorts() {
     }
 
-        /** Stops accepting and closes every accepted queue pair (peers can no longer READ). */
+    /** Stops accepting and closes every accepted queue pair (peers can no longer READ). */
     void closeListener();
 
     /** Releases the rest: threads, completion queue, protection domain. Regions are closed before. */
     void close();
+
+    /** A protection domain of one realm ({@link #openDomain}). */
+    interface Domain {
+        /** ibv_dealloc_pd; fails (and keeps it) while a region or queue pair is still in it. */
+        void deallocate() throws IOException;
+    }
 
     /** A registration: what work requests and peers name it by. */
     interface Memory {

@@ -31,11 +31,14 @@ final class VerbsMemory {
     private final Map<Integer, VerbsRegion> regions = new ConcurrentHashMap<>();
     private final AtomicLong registeredBytes = new AtomicLong();
     private volatile FileMemory fileMode = FileMemory.READ_ONLY;
+    /** The protection domain of each realm, on a node with realms; else null. */
+    private final RealmDomains domains;
 
-    VerbsMemory(VerbsNode node, VerbsDevice verbs) {
+    VerbsMemory(VerbsNode node, VerbsDevice verbs, RealmDomains domains) {
         this.node = node;
         this.verbs = verbs;
         this.iwarp = isIwarp(verbs.name());
+        this.domains = domains;
     }
 
     /**
@@ -57,7 +60,8 @@ final class VerbsMemory {
      * See {@link VerbsNode#registerFile}: the file at {@code file}, or the one {@code open} is open on (read-only: a
      * read-write mapping of it is replaced by a copy).
      */
-    VerbsRegion registerFile(Path file, FileChannel open, String name, long offset, int length) throws IOException {
+    VerbsRegion registerFile(Path file, FileChannel open, String name, long offset, int length, String realm)
+            throws IOException {
         for (;;) {
             FileMemory mode = fileMode;
             FileMemory use = open != null && mode == FileMemory.READ_WRITE ? FileMemory.COPY : mode;
@@ -65,7 +69,7 @@ final class VerbsMemory {
             try {
                 memory = open != null ? Mappings.fileRange(open, name, offset, length, use)
                         : Mappings.fileRange(file, offset, length, use);
-                return add(memory, RegionAccess.REMOTE_READ, true);
+                return add(memory, RegionAccess.REMOTE_READ, true, realm);
             } catch (TransportException e) {
                 if (memory != null) {
                     Mappings.unmap(memory);
@@ -101,16 +105,38 @@ final class VerbsMemory {
                 from == FileMemory.READ_ONLY ? "read-write mappings (never written)" : "copies in registered memory");
     }
 
-    /** Registers {@code memory} for {@code access}; the region unmaps it when closed if {@code ownsMapping}. */
-    VerbsRegion add(ByteBuffer memory, RegionAccess access, boolean ownsMapping) throws IOException {
+    /**
+     * Registers {@code memory} for {@code access}; the region unmaps it when closed if {@code ownsMapping}. On a
+     * node with realms, memory served to {@code realm} (not null) is registered in that realm's protection
+     * domain; everything else (READ sinks, memory of no realm) in the default one, which no accepted queue pair
+     * of a node with realms is in.
+     */
+    VerbsRegion add(ByteBuffer memory, RegionAccess access, boolean ownsMapping, String realm) throws IOException {
         node.ensureOpen();
+        RealmDomains.Lease lease = null;
+        if (domains != null && realm != null && access == RegionAccess.REMOTE_READ) {
+            lease = domains.acquire(realm);
+        }
+        try {
+            return add(memory, access, ownsMapping, realm, lease);
+        } catch (IOException | RuntimeException e) {
+            if (lease != null) {
+                lease.release();
+            }
+            throw e;
+        }
+    }
+
+    private VerbsRegion add(ByteBuffer memory, RegionAccess access, boolean ownsMapping, String realm,
+                            RealmDomains.Lease lease) throws IOException {
         // Served memory: REMOTE_READ only (a read-only file mapping cannot be registered writable). READ
         // sinks: LOCAL_WRITE, and on iWARP also REMOTE_WRITE, which iWARP requires of the buffer a READ
         // response lands in (RoCE and InfiniBand do not: there a sink cannot be written by any peer).
         int flags = access == RegionAccess.REMOTE_READ ? VerbsDevice.ACCESS_REMOTE_READ
                 : iwarp ? VerbsDevice.ACCESS_LOCAL_WRITE | VerbsDevice.ACCESS_REMOTE_WRITE : VerbsDevice.ACCESS_LOCAL_WRITE;
-        VerbsDevice.Memory mr = verbs.register(memory, flags);
-        VerbsRegion r = new VerbsRegion(node, mr, memory, access, ownsMapping);
+        VerbsDevice.Memory mr = verbs.register(lease == null ? null : lease.domain(), memory, flags);
+        VerbsRegion r = new VerbsRegion(node, mr, memory, access, ownsMapping, lease == null ? null : realm,
+                lease == null ? null : lease::release);
         regions.put(r.rkey, r);
         registeredBytes.addAndGet(r.length);
         if (node.isClosed()) {
@@ -125,10 +151,17 @@ final class VerbsMemory {
         registeredBytes.addAndGet(-r.length);
     }
 
-    /** What a READ of {@code len} bytes at {@code addr} under {@code rkey} gets here. */
-    int check(int rkey, long addr, int len) {
+    /**
+     * What a READ of {@code len} bytes at {@code addr} under {@code rkey} gets here, through a queue pair of
+     * {@code realm}: on a node with realms, a region of any other realm (or of none) is an unknown key, exactly
+     * as an rkey never registered (nothing says it exists).
+     */
+    int check(int rkey, long addr, int len, String realm) {
         VerbsRegion r = regions.get(rkey);
-        return r == null ? ReadStatus.UNKNOWN_KEY : r.check(addr, len);
+        if (r == null || (domains != null && (realm == null || !realm.equals(r.realm)))) {
+            return ReadStatus.UNKNOWN_KEY;
+        }
+        return r.check(addr, len);
     }
 
     int regionCount() {

@@ -35,8 +35,8 @@ import org.slf4j.LoggerFactory;
 
 /**
  * A node of the verbs provider: an rdma_cm listener whose accepted RC queue pairs let peers READ this
- * node's regions without this node's CPU, one protection domain for every registration, and one
- * completion queue (polled by the device's completion thread) for the queue pairs of its channels. The
+ * node's regions without this node's CPU, a protection domain (plus one per realm it serves: {@link RealmDomains}),
+ * and one completion queue (polled by the device's completion thread) for the queue pairs of its channels. The
  * device side is reached through {@code java.lang.foreign} or DiSNI ({@link VerbsDevice},
  * {@code spark.shuffle.rdma.verbs.api}); everything here is the same for both.
  *
@@ -84,6 +84,8 @@ public final class VerbsNode implements RdmaNode {
     /** Tags of the queue pairs this node's channels post on ({@link WorkRequestIds}); 0 is never one. */
     private final AtomicInteger queuePairTags = new AtomicInteger();
     private final KeptRegions kept = new KeptRegions();
+    /** The protection domain of each realm this node serves (a node with secrets per realm); else null. */
+    private final RealmDomains domains;
 
     public VerbsNode(RdmaShuffleConf conf, NodeOptions options) throws IOException {
         this(conf, options, VerbsApis.choose(conf.verbsApi()));
@@ -91,11 +93,9 @@ public final class VerbsNode implements RdmaNode {
 
     /** With the device reached through {@code choice} (tests: a device emulated in the JVM). */
     VerbsNode(RdmaShuffleConf conf, NodeOptions options, VerbsApis.Choice choice) throws IOException {
-        if (options.usesRealms()) {
-            throw new IllegalArgumentException("verbs: " + NodeOptions.REALMS_ON_TCP_ONLY);
-        }
         this.conf = conf;
-        this.acceptor = new QueuePairAcceptor(conf, options.secret());
+        this.domains = options.secrets() == null ? null : new RealmDomains(this::verbsDevice);
+        this.acceptor = new QueuePairAcceptor(conf, options.secret(), options.secrets(), domains);
         this.queuePairs = QueuePairParameters.of(conf);
         if (queuePairs.readDepth() < conf.verbsMaxQpReadAtoms()) {
             LOG.info("verbs: {}={} lowered to {}, the most rdma_cm carries",
@@ -115,9 +115,12 @@ public final class VerbsNode implements RdmaNode {
             d = choice.factory().open(this, bind, queuePairs, credits, conf.verbsCompletionQueueSize(),
                     conf.verbsEventTimeoutMs());
             this.verbs = d;
+            if (options.usesRealms() && !d.carriesProof()) {
+                throw new IllegalArgumentException(VerbsApis.REALMS_NEED_PRIVATE_DATA);
+            }
             this.api = d.api() + " (" + choice.why() + ")";
             this.device = d.name();
-            this.memory = new VerbsMemory(this, d);
+            this.memory = new VerbsMemory(this, d, domains);
             this.rdmaPort = d.port();
             c = new VerbsControl(this, conf, options);
             this.control = c;
@@ -157,6 +160,15 @@ public final class VerbsNode implements RdmaNode {
 
     QueuePairAcceptor acceptor() {
         return acceptor;
+    }
+
+    private VerbsDevice verbsDevice() {
+        return verbs;
+    }
+
+    /** The protection domain of each realm this node serves, or null when it serves none. */
+    RealmDomains domains() {
+        return domains;
     }
 
     VerbsMemory memory() {
@@ -451,7 +463,12 @@ public final class VerbsNode implements RdmaNode {
 
     // ---- memory ----
 
-    /** {@inheritDoc} A verbs node serves no realms (it has no secrets per realm): {@code realm} changes nothing. */
+    /**
+     * {@inheritDoc} On a node with secrets per realm, memory served to {@code realm} is registered in that realm's
+     * protection domain (opened on first use), which only the queue pairs accepted for the realm are in; READ
+     * sinks and memory of no realm go in the default domain, which no accepted queue pair of such a node is in.
+     * On a node without realms {@code realm} changes nothing.
+     */
     @Override
     public MemoryRegion register(ByteBuffer directBuffer, RegionAccess access, String realm) throws IOException {
         if (realm != null) {
@@ -460,7 +477,7 @@ public final class VerbsNode implements RdmaNode {
         if (!directBuffer.isDirect()) {
             throw new IllegalArgumentException("only direct buffers can be registered");
         }
-        return memory.add(directBuffer.duplicate().clear(), access, false);
+        return memory.add(directBuffer.duplicate().clear(), access, false, realm);
     }
 
     /**
@@ -468,14 +485,14 @@ public final class VerbsNode implements RdmaNode {
      * path register a read-only shared mapping. Software devices (siw, rxe) pin every page for writing
      * and refuse read-only mappings; then the file is mapped read-write (never written), and where it
      * cannot be opened for writing its bytes are copied into registered memory. Each step down is logged
-     * once per node. A verbs node serves no realms: {@code realm} changes nothing.
+     * once per node. {@code realm} as for {@link #register(ByteBuffer, RegionAccess, String)}.
      */
     @Override
     public MemoryRegion registerFile(Path file, long offset, int length, String realm) throws IOException {
         if (realm != null) {
             Realms.requireValid(realm);
         }
-        return memory.registerFile(file, null, file.toString(), offset, length);
+        return memory.registerFile(file, null, file.toString(), offset, length, realm);
     }
 
     /** As {@link #registerFile(Path, long, int, String)}; a read-write mapping is replaced by a copy. */
@@ -485,7 +502,22 @@ public final class VerbsNode implements RdmaNode {
         if (realm != null) {
             Realms.requireValid(realm);
         }
-        return memory.registerFile(null, file, name, offset, length);
+        return memory.registerFile(null, file, name, offset, length, realm);
+    }
+
+    /**
+     * {@inheritDoc} Closes the queue pairs peers connected for {@code realm} (their peers see a disconnect, and
+     * READs through them fail) and forgets the admissions pending for it; the realm's protection domain is
+     * deallocated once its regions are closed too (by their owners). A later registration or queue pair for
+     * the realm opens a fresh domain, for a realm its secrets resolver still knows. Nothing on a node without
+     * realms.
+     */
+    @Override
+    public void closeRealm(String realm) {
+        Realms.requireValid(realm);
+        if (domains != null && !closed) {
+            acceptor.closeRealm(this, realm);
+        }
     }
 
     void deregistered(VerbsRegion r) {

@@ -25,10 +25,21 @@ final class VerbsRegion implements MemoryRegion {
     private final boolean ownsMapping;
     private final RegionAccess access;
     private final RegionDescriptor descriptor;
+    /** The realm whose protection domain holds it (a node with realms), or null for the default domain. */
+    final String realm;
+    /** Lets go of the realm's domain once deregistered, or null. */
+    private final Runnable releaseDomain;
     private volatile boolean open = true;
 
     VerbsRegion(VerbsNode node, VerbsDevice.Memory mr, ByteBuffer memory, RegionAccess access, boolean ownsMapping) {
+        this(node, mr, memory, access, ownsMapping, null, null);
+    }
+
+    VerbsRegion(VerbsNode node, VerbsDevice.Memory mr, ByteBuffer memory, RegionAccess access, boolean ownsMapping,
+                String realm, Runnable releaseDomain) {
         this.node = node;
+        this.realm = realm;
+        this.releaseDomain = releaseDomain;
         this.mr = mr;
         this.memory = memory;
         this.access = access;
@@ -102,6 +113,9 @@ final class VerbsRegion implements MemoryRegion {
             // reachable for good (KeptRegions), and the node fails.
             node.deregistrationFailed(this, failed);
             return;
+        }
+        if (releaseDomain != null) {
+            releaseDomain.run(); // its realm's domain may go now (a failed deregistration keeps it, above)
         }
         if (ownsMapping) {
             Mappings.unmap(memory);

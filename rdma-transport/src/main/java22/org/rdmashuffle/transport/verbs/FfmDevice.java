@@ -22,7 +22,7 @@ import org.slf4j.LoggerFactory;
 /**
  * The verbs device reached through {@code java.lang.foreign} ({@link RdmaCore}): an rdma_cm event
  * channel with its own thread ({@link FfmConnectionManager}) and a listener ({@link FfmListener}), the
- * protection domain ({@link FfmMemory}) and one completion queue (with a completion channel) on the
+ * protection domain ({@link FfmMemory}; plus one per realm, {@link #openDomain}) and one completion queue (with a completion channel) on the
  * listener's device, polled by the completion thread ({@link FfmCompletions}), the queue pairs of both
  * ({@link FfmQueuePairs}), and the device's port states ({@link LocalPorts}: whose failure a failure is).
  * This class opens them, and releases them in reverse order.
@@ -50,6 +50,8 @@ final class FfmDevice implements VerbsDevice {
     private final int responderResources;
     private final int initiatorDepth;
     private final FfmQueuePairs queuePairs = new FfmQueuePairs();
+    /** The realms' protection domains allocated now ({@link #openDomain}). */
+    private final java.util.Set<FfmDomain> domains = java.util.concurrent.ConcurrentHashMap.newKeySet();
     private final FfmConnectionManager cm;
     private final FfmCompletions completions;
     private final LocalPorts ports;
@@ -259,8 +261,70 @@ final class FfmDevice implements VerbsDevice {
     }
 
     @Override
-    public Memory register(ByteBuffer memory, int access) throws IOException {
-        return FfmMemory.register(core, pd, lifecycle.readLock(), this::closed, memory, access);
+    public Memory register(Domain domain, ByteBuffer memory, int access) throws IOException {
+        MemorySegment in = domain == null ? pd : ((FfmDomain) domain).pd;
+        return FfmMemory.register(core, in, lifecycle.readLock(), this::closed, memory, access);
+    }
+
+    /**
+     * ibv_alloc_pd on the listener's device context, as the default protection domain was. Called on the cm
+     * thread too (a queue pair admitted for a realm with no domain yet), which holds the cm lock that
+     * {@link #close} waits for while it holds the write lock: so the read lock is only tried, never waited for.
+     */
+    @Override
+    public Domain openDomain() throws IOException {
+        if (!lifecycle.readLock().tryLock()) {
+            throw new TransportException("verbs: the device is closing");
+        }
+        try {
+            if (closed) {
+                throw new TransportException("verbs: the device is closed");
+            }
+            MemorySegment p = (MemorySegment) core.allocPd.invokeExact(state(), RdmaCore.at(context));
+            if (p.equals(MemorySegment.NULL)) {
+                throw new TransportException("verbs: ibv_alloc_pd on " + name + " failed: " + core.lastError());
+            }
+            FfmDomain d = new FfmDomain(p);
+            domains.add(d);
+            return d;
+        } catch (IOException | RuntimeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new TransportException("verbs: ibv_alloc_pd: " + t, t);
+        } finally {
+            lifecycle.readLock().unlock();
+        }
+    }
+
+    /**
+     * A realm's protection domain: ibv_dealloc_pd once, when the node let go of it (its regions deregistered and
+     * its queue pairs destroyed), or when the device closes with it still allocated.
+     */
+    final class FfmDomain implements Domain {
+        final MemorySegment pd;
+        private boolean deallocated;
+
+        FfmDomain(MemorySegment pd) {
+            this.pd = pd;
+        }
+
+        @Override
+        public synchronized void deallocate() throws IOException {
+            if (deallocated) {
+                return;
+            }
+            int r;
+            try {
+                r = (int) core.deallocPd.invokeExact(pd);
+            } catch (Throwable t) {
+                throw new IOException("ibv_dealloc_pd: " + t, t);
+            }
+            if (r != 0) { // a region or queue pair is still in it: kept
+                throw new IOException("ibv_dealloc_pd failed: " + core.describe(r));
+            }
+            deallocated = true;
+            domains.remove(this);
+        }
     }
 
     @Override
@@ -338,6 +402,13 @@ final class FfmDevice implements VerbsDevice {
             LOG.warn("verbs: a device thread did not stop; its completion queue, protection domain and event "
                     + "channel are left allocated");
             return;
+        }
+        for (FfmDomain d : domains.toArray(new FfmDomain[0])) { // before the default one and the listener's id
+            try {
+                d.deallocate();
+            } catch (IOException e) {
+                LOG.warn("verbs: a realm's protection domain is left allocated: {}", e.getMessage());
+            }
         }
         releaseAll();
     }

@@ -174,8 +174,10 @@ final class FfmQueuePair implements QueuePair {
         }
     }
 
+    /** The protection domain to create the queue pair in: an accepted one's realm's, else the device's default one. */
     private MemorySegment devicePd() {
-        return device.pd();
+        VerbsDevice.Domain d = entry == null ? null : entry.domain();
+        return d == null ? device.pd() : ((FfmDevice.FfmDomain) d).pd;
     }
 
     /** On the connection-manager thread. */
@@ -358,6 +360,9 @@ final class FfmQueuePair implements QueuePair {
             done = cmId == 0 || device.destroyId(cmId, disconnect, destroyQp);
         } finally {
             destroy.done(done);
+        }
+        if (done && entry != null) {
+            entry.destroyed(); // no queue pair is left in its realm's protection domain (a failed destroy keeps it)
         }
     }
 

@@ -74,4 +74,34 @@ class AcceptedQueuePairsTest {
         assertEquals(1, closed.get());
         assertTrue(a.idle(1_600, 1_000).isEmpty(), "handed to the reaper once");
     }
+
+    @Test
+    void shouldCloseOnlyTheRealmsQueuePairsAndReleaseItsDomainOnceEachIsDestroyedWhenARealmCloses() throws Exception {
+        AcceptedQueuePairs a = new AcceptedQueuePairs(10, 10);
+        AtomicInteger releasedA = new AtomicInteger();
+        AtomicInteger closedA = new AtomicInteger();
+        AtomicInteger closedB = new AtomicInteger();
+        AcceptedQueuePairs.Binding realmA = new AcceptedQueuePairs.Binding("job_A", null, releasedA::incrementAndGet);
+        AcceptedQueuePairs.Binding realmB = new AcceptedQueuePairs.Binding("job_B", null, () -> { });
+        AcceptedQueuePairs.Entry connectedA = a.admit(at("10.0.0.1", 1), () -> realmA, 0).entry();
+        AcceptedQueuePairs.Entry connectingA = a.admit(at("10.0.0.1", 2), () -> realmA, 0).entry();
+        AcceptedQueuePairs.Entry connectedB = a.admit(at("10.0.0.1", 3), () -> realmB, 0).entry();
+        assertEquals("job_A", connectedA.realm());
+        assertTrue(connectedA.connected(closedA::incrementAndGet, 0));
+        assertTrue(connectedB.connected(closedB::incrementAndGet, 0));
+
+        for (Runnable close : a.closeRealm("job_A")) {
+            close.run();
+        }
+        assertEquals(1, closedA.get(), "job_A's connected queue pair is closed");
+        assertEquals(0, closedB.get(), "job_B's is not");
+        assertFalse(connectingA.connected(() -> { }, 0), "job_A's still connecting one never connects");
+        assertTrue(a.closeRealm("job_A").isEmpty(), "each closer is returned once");
+
+        connectedA.destroyed();
+        connectedA.destroyed();
+        assertEquals(1, releasedA.get(), "released once per queue pair");
+        connectingA.destroyed();
+        assertEquals(2, releasedA.get());
+    }
 }

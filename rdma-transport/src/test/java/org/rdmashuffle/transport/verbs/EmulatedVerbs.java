@@ -45,6 +45,11 @@ import java.util.concurrent.atomic.AtomicLong;
  *       destroy when {@link #closeWaits} (as the provider's queue pairs do), else returns at once.</li>
  *   <li>A connect request carries rdma_cm private data to the listener's node, which admits or refuses
  *       it ({@link VerbsNode#admitQueuePair}) before any queue pair exists.</li>
+ *   <li>Protection domains: every registration and every accepted queue pair is in one (the device's
+ *       default one, or a realm's from {@link Device#openDomain}, chosen for an accepted queue pair by its
+ *       admission). A READ whose rkey is registered in another domain than the accepted queue pair it goes
+ *       through completes with a remote access error and copies nothing, as on RC; a domain cannot be
+ *       deallocated while a registration or queue pair is in it (EBUSY).</li>
  * </ul>
  *
  * <p>Tests can also flap the port ({@link Device#flap}: every queue pair of a device fails at once),
@@ -65,6 +70,8 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
     final AtomicLong completions = new AtomicLong();
     /** Completions dropped because the completion queue was full. */
     final AtomicLong overruns = new AtomicLong();
+    /** READs that completed with a remote access error (an rkey unknown, out of bounds, or of another domain). */
+    final AtomicLong remoteAccessErrors = new AtomicLong();
     /** The most completions any completion queue held at once. */
     final AtomicInteger deepest = new AtomicInteger();
     /** The number of READs of each post, in post order. */
@@ -115,6 +122,9 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
     volatile Runnable beforeConnect;
 
     private final BitSet qpNumbers = new BitSet();
+    /** Realm protection domains deallocated, and allocated, over every device of this adapter. */
+    final AtomicInteger domainsDeallocated = new AtomicInteger();
+    final AtomicInteger domainsOpened = new AtomicInteger();
 
     VerbsApis.Choice choice() {
         return new VerbsApis.Choice(this, "emulated in the JVM for tests");
@@ -227,13 +237,27 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
             return carriesProof;
         }
 
+        /** The default protection domain. */
+        private final Pd defaultPd = new Pd();
+
         @Override
-        public synchronized Memory register(ByteBuffer memory, int access) {
+        public synchronized Memory register(Domain domain, ByteBuffer memory, int access) throws IOException {
+            Pd pd = domain == null ? defaultPd : (Pd) domain;
+            if (pd.deallocated) {
+                throw new IOException("ibv_reg_mr: the protection domain is deallocated (emulated)");
+            }
             long a = nextAddress;
             nextAddress += memory.capacity() + 4096L;
-            Mem m = new Mem(this, memory, a, keys.incrementAndGet(), access);
+            Mem m = new Mem(this, memory, a, keys.incrementAndGet(), access, pd);
+            pd.users.incrementAndGet();
             byKey.put(m.key, m);
             return m;
+        }
+
+        @Override
+        public Domain openDomain() {
+            domainsOpened.incrementAndGet();
+            return new Pd();
         }
 
         @Override
@@ -253,7 +277,7 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
                 throw new IOException("emulated rdma_cm connect to " + target + " failed: rejected");
             }
             Qp qp = new Qp(this, peer, from);
-            ServerQp server = new ServerQp(peer, e, qp);
+            ServerQp server = new ServerQp(peer, e, qp, e.domain() == null ? peer.defaultPd : (Pd) e.domain());
             qp.server = server;
             peer.accepted.add(server);
             if (!e.connected(server::close, System.nanoTime())) {
@@ -422,8 +446,11 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
         final long address;
         final int key;
         final int access;
+        final Pd pd;
+        private boolean deregistered;
 
-        Mem(Device device, ByteBuffer buf, long address, int key, int access) {
+        Mem(Device device, ByteBuffer buf, long address, int key, int access, Pd pd) {
+            this.pd = pd;
             this.device = device;
             this.buf = buf;
             this.address = address;
@@ -471,6 +498,10 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
             if (device.factory().deregisterFails) {
                 device.factory().deregFailures.incrementAndGet();
                 throw new IOException("ibv_dereg_mr failed: Device or resource busy (emulated)");
+            }
+            if (!deregistered) {
+                deregistered = true;
+                pd.users.decrementAndGet();
             }
         }
 
@@ -581,7 +612,10 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
             } else {
                 Mem src = peer.byKey.get(r.rkey());
                 Mem dst = device.byKey.get(r.lkey());
-                if (src == null || (src.access & VerbsDevice.ACCESS_REMOTE_READ) == 0 || !src.covers(r.remote(), r.length())) {
+                ServerQp responder = server;
+                if (src == null || (src.access & VerbsDevice.ACCESS_REMOTE_READ) == 0 || !src.covers(r.remote(), r.length())
+                        || responder == null || src.pd != responder.pd) { // an rkey of another domain: as unknown
+                    remoteAccessErrors.incrementAndGet();
                     status = WC_REM_ACCESS_ERR;
                 } else if (dst == null || !dst.covers(r.local(), r.length())) {
                     status = WC_LOC_PROT_ERR;
@@ -667,17 +701,39 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
         }
     }
 
+    /** A protection domain: what is in it (registrations, accepted queue pairs). */
+    final class Pd implements VerbsDevice.Domain {
+        final AtomicInteger users = new AtomicInteger();
+        volatile boolean deallocated;
+
+        @Override
+        public synchronized void deallocate() throws IOException {
+            if (deallocated) {
+                return;
+            }
+            if (users.get() > 0) {
+                throw new IOException("ibv_dealloc_pd failed: Device or resource busy (emulated: " + users.get()
+                        + " registrations or queue pairs in it)");
+            }
+            deallocated = true;
+            domainsDeallocated.incrementAndGet();
+        }
+    }
+
     /** The accepting side of a queue pair: it posts nothing. */
     private static final class ServerQp {
         private final Device device;
         private final AcceptedQueuePairs.Entry entry;
         private final Qp client;
+        final Pd pd;
         private final java.util.concurrent.atomic.AtomicBoolean closed = new java.util.concurrent.atomic.AtomicBoolean();
 
-        ServerQp(Device device, AcceptedQueuePairs.Entry entry, Qp client) {
+        ServerQp(Device device, AcceptedQueuePairs.Entry entry, Qp client, Pd pd) {
             this.device = device;
             this.entry = entry;
             this.client = client;
+            this.pd = pd;
+            pd.users.incrementAndGet();
         }
 
         /** Closed on this side (the reaper, the listener closing): the client sees a disconnect. */
@@ -686,6 +742,7 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
                 entry.gone();
                 device.accepted.remove(this);
                 client.peerDisconnected();
+                destroyed();
             }
         }
 
@@ -694,7 +751,13 @@ final class EmulatedVerbs implements VerbsDeviceFactory {
             if (closed.compareAndSet(false, true)) {
                 entry.gone();
                 device.accepted.remove(this);
+                destroyed();
             }
+        }
+
+        private void destroyed() {
+            pd.users.decrementAndGet();
+            entry.destroyed();
         }
     }
 }

@@ -56,4 +56,29 @@ class QueuePairAdmissionsTest {
         assertTrue(q.admit(a, new byte[0], 10));
         assertFalse(q.admit(a, null, 10), "one per announcement");
     }
+
+    @Test
+    void shouldNotAdmitIntoRealmAWhenTheProofIsMadeWithRealmBsSecret() throws Exception {
+        InetAddress a = InetAddress.getByName("10.0.0.1");
+        byte[] secretA = "job_A".getBytes(StandardCharsets.UTF_8);
+        byte[] secretB = "job_B".getBytes(StandardCharsets.UTF_8);
+        java.util.Map<String, byte[]> realms = new java.util.concurrent.ConcurrentHashMap<>(
+                java.util.Map.of("job_A", secretA, "job_B", secretB));
+        QueuePairAdmissions q = new QueuePairAdmissions(null, realms::get);
+        byte[] nonce = q.issueNonce(a, "job_A", DEADLINE, 0);
+        assertEquals(null, q.admitFor(a, QueuePairAdmissions.proof(secretB, nonce, a), 10), "realm B's secret");
+        assertEquals(null, q.admitFor(a, QueuePairAdmissions.proof(SECRET, nonce, a), 10), "a secret of no realm");
+        assertEquals("job_A", q.admitFor(a, QueuePairAdmissions.proof(secretA, nonce, a), 10).realm(),
+                "bound to the realm the nonce was issued for; the wrong proofs spent nothing");
+        assertEquals(0, q.pending());
+
+        q.admitAddress(a, DEADLINE, 0);
+        assertFalse(q.admit(a, null, 10), "a node with realms admits no address");
+        byte[] forgotten = q.issueNonce(a, "job_A", DEADLINE, 0);
+        realms.remove("job_A"); // its job finished: its resolver forgot it
+        assertEquals(null, q.admitFor(a, QueuePairAdmissions.proof(secretA, forgotten, a), 10), "a forgotten realm");
+        byte[] dropped = q.issueNonce(a, "job_B", DEADLINE, 0);
+        q.dropRealm("job_B");
+        assertEquals(null, q.admitFor(a, QueuePairAdmissions.proof(secretB, dropped, a), 10), "a closed realm");
+    }
 }
