@@ -639,7 +639,7 @@ if wants mapreduce; then
   # with the same settings). Task JVMs are this JDK with --enable-native-access. MiniYARNCluster names
   # every NodeManager "localhost", and reducers reach a map's service by that name: for this part the
   # name is dummy0's address (siw has no device on lo), restored afterwards.
-  say "mapreduce: TeraSort on a MiniMRYarnCluster, the NodeManagers' rdma-shuffle service on verbs over siw0 ($SIW_IP), Hadoop's HTTP shuffle and rdma-shuffle: $MR_ARGS"
+  say "mapreduce: TeraSort on a MiniMRYarnCluster, the NodeManagers' rdma-shuffle service on $MR_PROVIDER over siw0's address ($SIW_IP), Hadoop's HTTP shuffle and rdma-shuffle: $MR_ARGS"
   cp /etc/hosts /tmp/hosts.saved
   printf '%s localhost verbs-vm\n::1 ip6-localhost ip6-loopback\n' $SIW_IP > /etc/hosts
   mr_crashed() {  # 0: a JVM crashed under emulation (run again); 1: none, or one in verbs code (the part fails)
@@ -661,8 +661,9 @@ if wants mapreduce; then
     mr_start=$(date +%s)
     ( cd /tmp/mr-run && timeout 2400 "$JAVA" -Xmx1g -XX:+UseSerialGC -XX:TieredStopAtLevel=1 --enable-native-access=ALL-UNNAMED \
         "-XX:ErrorFile=/tmp/mr-hs/hs_err_pid%p.log" -cp "$MR_CP" org.rdmashuffle.mapreduce.vm.GuestMapReduceJob \
-        --provider "$MR_PROVIDER" --api "$API" --bind $SIW_IP $MR_ARGS --task-opts "-XX:ErrorFile=/tmp/mr-hs/hs_err_pid%p.log" ) > /tmp/mapreduce.log 2>&1
+        --provider "$MR_PROVIDER" --api "$API" --bind $SIW_IP $MR_ARGS --task-opts "-XX:ErrorFile=/tmp/mr-hs/hs_err_pid%p.log" ) > "$rs_out/mapreduce.log" 2>&1   # there while it runs
     rc=$?
+    cp "$rs_out/mapreduce.log" /tmp/mapreduce.log
     mr_secs=$(( $(date +%s) - mr_start ))
     mr_crashed || break
     result "NOTE mapreduce attempt $attempt: a JVM crashed under emulation ($(grep -h -A1 'Problematic frame' /tmp/mr-hs/hs_err*.log | grep -v Problematic | head -1)); running it again"
@@ -675,7 +676,7 @@ if wants mapreduce; then
     find "$mr_dir" -name syslog | sort > /tmp/mr-syslogs.txt
     while read -r f; do echo "==== $f"; cat "$f"; done < /tmp/mr-syslogs.txt >> /tmp/mapreduce-containers.log
   fi
-  cp /tmp/mapreduce.log /tmp/mapreduce-containers.log "$rs_out/" 2>/dev/null
+  cp /tmp/mapreduce-containers.log "$rs_out/" 2>/dev/null
   grep -E '^MR' /tmp/mapreduce.log | cut -c1-400 | sed 's/^/  /'
   mr_field() { echo "$1" | grep -o " $2=[^ ]*" | head -1 | cut -d= -f2; }   # LINE KEY -> value
   http_line=$(grep -m1 '^MRJOB shuffle=http' /tmp/mapreduce.log)

@@ -45,7 +45,7 @@
 # (the readiness job's executors, 768), VERBS_VM_READINESS_ARGS ("--mib 8 --reads 32"),
 # VERBS_VM_FABRIC_READINESS_ON ("siw rxe"), VERBS_VM_DOCTOR_CP_EXTRA (class path entries after the
 # plugin jar for doctor's JVMs; empty: the plugin jar alone, as docs tell users). Part mapreduce:
-# VERBS_VM_MR_ARGS (GuestMapReduceJob's options, "--rows 50000 --maps 4 --reduces 2 --order http,rdma"),
+# VERBS_VM_MR_ARGS (GuestMapReduceJob's options, "--rows 40000 --maps 2 --reduces 2 --order http,rdma"),
 # VERBS_VM_MR_PROVIDER (verbs; tcp runs the same jobs in the guest to check the harness itself, and fails
 # the part: no READ over verbs).
 # Measuring parts (bench, spark) load the machine: on a shared machine run under flock /tmp/bench.lock.
@@ -228,7 +228,7 @@ FABRIC_EXECUTOR_MB='${VERBS_VM_FABRIC_EXECUTOR_MB:-768}'
 READINESS_ARGS='${VERBS_VM_READINESS_ARGS:---mib 8 --reads 32}'
 FABRIC_READINESS_ON='${VERBS_VM_FABRIC_READINESS_ON:-siw rxe}'
 DOCTOR_CP_EXTRA='${VERBS_VM_DOCTOR_CP_EXTRA:-}'
-MR_ARGS='${VERBS_VM_MR_ARGS:---rows 50000 --maps 4 --reduces 2 --order http,rdma}'
+MR_ARGS='${VERBS_VM_MR_ARGS:---rows 40000 --maps 2 --reduces 2 --order http,rdma}'
 MR_PROVIDER='${VERBS_VM_MR_PROVIDER:-verbs}'
 ENV
 if [[ " $parts " == *" mapreduce "* ]]; then
