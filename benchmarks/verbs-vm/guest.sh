@@ -691,7 +691,15 @@ if wants mapreduce; then
   grep -o 'verbs node listening on [^ ]* ([^,]*' /tmp/mapreduce.log | sort -u > /tmp/mr-service-nodes.txt
   while read -r line; do result "mapreduce siw service: $line"; done < /tmp/mr-service-nodes.txt
   reads=$(grep -Eo 'closed: [0-9]+ READs' /tmp/mr-closed.txt | grep -Eo '[0-9]+' | paste -sd+ | bc)
-  tcp_nodes=$(cat /tmp/mapreduce.log /tmp/mapreduce-containers.log | grep -c 'tcp node [^ ]* listening')
+  # A verbs node carries its control path on a tcp node at the same address and port: a tcp node with
+  # no verbs node there is the tcp provider.
+  cat /tmp/mapreduce.log /tmp/mapreduce-containers.log | grep -o 'tcp node listening on tcp://[^ ]*' \
+    | sed 's#.*tcp://##' | sort -u > /tmp/mr-tcp-at.txt
+  cat /tmp/mapreduce.log /tmp/mapreduce-containers.log | grep -o 'verbs node listening on verbs://[^ ]*' \
+    | sed 's#.*verbs://##' | sort -u > /tmp/mr-verbs-at.txt
+  tcp_nodes=$(grep -vxF -f /tmp/mr-verbs-at.txt /tmp/mr-tcp-at.txt | tr '\n' ' ')
+  reducers=$(grep -c 'Using ShuffleConsumerPlugin: org.rdmashuffle.mapreduce.RdmaShuffle' /tmp/mapreduce-containers.log)
+  reducer_nodes=$(grep -c 'VerbsNode: verbs node listening on' /tmp/mapreduce-containers.log)
   want=java.lang.foreign; [ "$API" = disni ] && want=DiSNI
   bad=""
   [ $rc = 0 ] && grep -q '^MRCHECK outputs identical' /tmp/mapreduce.log \
@@ -707,7 +715,8 @@ if wants mapreduce; then
     done
   fi
   [ "${reads:-0}" -gt 0 ] || bad+="no reducer's verbs node completed a READ ($(wc -l < /tmp/mr-closed.txt) close lines); "
-  [ "$tcp_nodes" = 0 ] || bad+="$tcp_nodes tcp nodes opened; "
+  [ -z "$tcp_nodes" ] || bad+="tcp nodes without a verbs node (the tcp provider) at $tcp_nodes; "
+  [ "$reducers" -gt 0 ] && [ "$reducer_nodes" = "$reducers" ] || bad+="$reducer_nodes verbs nodes for $reducers rdma-shuffle reducers; "
   [ -s /tmp/mr-service-nodes.txt ] || bad+="no service verbs node listening; "
   grep -q "through $want" /tmp/mapreduce-containers.log || bad+="the reducers' verbs nodes did not log 'through $want'; "
   if [ -z "$bad" ]; then
