@@ -5,7 +5,7 @@
 # $rs_out/summary.txt. Exit code 0 only when every check passed.
 set -u
 export LC_ALL=C           # a dot in $EPOCHREALTIME and in every number the tools print
-source "$rs_out/env.sh"   # ROOT API LIBDISNI JAVA CP CONSOLE SPARK_ARGS PARTS READ_ITERS BENCH_ROUNDS BENCH_TARGET FETCH_JAR FETCH_ARGS FABRIC_*
+source "$rs_out/env.sh"   # ROOT API LIBDISNI JAVA CP CONSOLE SPARK_ARGS PARTS READ_ITERS BENCH_ROUNDS BENCH_TARGET FETCH_JAR FETCH_ARGS FABRIC_* MR_ARGS MR_PROVIDER MR_CP
 SIW_IP=10.77.0.1
 RXE_IP=10.78.0.1
 SIW2_NET=10.77.1      # part fabric: siw1 on a second interface, rdma1, with its own /24
@@ -630,6 +630,105 @@ if wants fabric; then
     done
   else
     result "fabric readiness SKIP: not in this build ($READINESS is not in $(basename "$RJ"))"
+  fi
+fi
+if wants mapreduce; then
+  # Issue 36: MapReduce over verbs. GuestMapReduceJob starts a MiniMRYarnCluster (two NodeManagers in one
+  # JVM, rdma-shuffle's drop-in service as mapreduce_shuffle with provider=verbs, fallback=never, bound to
+  # $SIW_IP: siw0) and runs one TeraSort under Hadoop's HTTP shuffle and once under rdma-shuffle (reducers
+  # with the same settings). Task JVMs are this JDK with --enable-native-access. MiniYARNCluster names
+  # every NodeManager "localhost", and reducers reach a map's service by that name: for this part the
+  # name is dummy0's address (siw has no device on lo), restored afterwards.
+  say "mapreduce: TeraSort on a MiniMRYarnCluster, the NodeManagers' rdma-shuffle service on $MR_PROVIDER over siw0's address ($SIW_IP), Hadoop's HTTP shuffle and rdma-shuffle: $MR_ARGS"
+  cp /etc/hosts /tmp/hosts.saved
+  printf '%s localhost verbs-vm\n::1 ip6-localhost ip6-loopback\n' $SIW_IP > /etc/hosts
+  mr_crashed() {  # 0: a JVM crashed under emulation (run again); 1: none, or one in verbs code (the part fails)
+    local f frame any=1
+    for f in /tmp/mr-hs/hs_err*.log; do
+      [ -e "$f" ] || continue
+      cp "$f" "$rs_out/" 2>/dev/null
+      frame=$(grep -A1 'Problematic frame' "$f" | tail -1)
+      if echo "$frame" | grep -Eq 'libibverbs|librdmacm|libsiw|librxe|libdisni|rdmashuffle'; then
+        fail "mapreduce siw: a JVM crashed in verbs code, not the emulator's fault: $frame ($(basename "$f") in $rs_out)"
+        return 1
+      fi
+      any=0
+    done
+    return $any
+  }
+  for attempt in $(seq 1 $CRASH_ATTEMPTS); do
+    rm -rf /tmp/mr-run /tmp/mr-hs && mkdir -p /tmp/mr-run /tmp/mr-hs
+    mr_start=$(date +%s)
+    ( cd /tmp/mr-run && timeout 2400 "$JAVA" -Xmx1g -XX:+UseSerialGC -XX:TieredStopAtLevel=1 --enable-native-access=ALL-UNNAMED \
+        "-XX:ErrorFile=/tmp/mr-hs/hs_err_pid%p.log" -cp "$MR_CP" org.rdmashuffle.mapreduce.vm.GuestMapReduceJob \
+        --provider "$MR_PROVIDER" --api "$API" --bind $SIW_IP $MR_ARGS --task-opts "-XX:ErrorFile=/tmp/mr-hs/hs_err_pid%p.log" ) > "$rs_out/mapreduce.log" 2>&1   # there while it runs
+    rc=$?
+    cp "$rs_out/mapreduce.log" /tmp/mapreduce.log
+    mr_secs=$(( $(date +%s) - mr_start ))
+    mr_crashed || break
+    result "NOTE mapreduce attempt $attempt: a JVM crashed under emulation ($(grep -h -A1 'Problematic frame' /tmp/mr-hs/hs_err*.log | grep -v Problematic | head -1)); running it again"
+  done
+  cp /tmp/hosts.saved /etc/hosts
+  # every container's syslog (AM, maps, reduces of both jobs), each under its path
+  mr_dir=$(grep -m1 -o '^MRCLUSTER dir=[^ ]*' /tmp/mapreduce.log | cut -d= -f2)
+  : > /tmp/mapreduce-containers.log
+  if [ -n "$mr_dir" ]; then
+    find "$mr_dir" -name syslog | sort > /tmp/mr-syslogs.txt
+    while read -r f; do echo "==== $f"; cat "$f"; done < /tmp/mr-syslogs.txt >> /tmp/mapreduce-containers.log
+  fi
+  cp /tmp/mapreduce-containers.log "$rs_out/" 2>/dev/null
+  grep -E '^MR' /tmp/mapreduce.log | cut -c1-400 | sed 's/^/  /'
+  mr_field() { echo "$1" | grep -o " $2=[^ ]*" | head -1 | cut -d= -f2; }   # LINE KEY -> value
+  http_line=$(grep -m1 '^MRJOB shuffle=http' /tmp/mapreduce.log)
+  rdma_line=$(grep -m1 '^MRJOB shuffle=rdma' /tmp/mapreduce.log)
+  for s in http rdma; do
+    l=$(grep -m1 "^MRJOB shuffle=$s" /tmp/mapreduce.log); v=$(grep -m1 "^MRSERVICE shuffle=$s" /tmp/mapreduce.log)
+    [ -n "$l" ] && result "mapreduce siw $s: job_ms=$(mr_field "$l" job_ms) SHUFFLED_MAPS=$(mr_field "$l" SHUFFLED_MAPS) REDUCE_SHUFFLE_BYTES=$(mr_field "$l" REDUCE_SHUFFLE_BYTES) MAPS_READ=$(mr_field "$l" MAPS_READ) BYTES_READ=$(mr_field "$l" BYTES_READ) MAPS_VIA_HTTP=$(mr_field "$l" MAPS_VIA_HTTP) HOSTS_VIA_HTTP=$(mr_field "$l" HOSTS_VIA_HTTP) SERVICE_BUSY=$(mr_field "$l" SERVICE_BUSY) SERVICE_UNREACHABLE=$(mr_field "$l" SERVICE_UNREACHABLE) READ_FAILURES=$(mr_field "$l" READ_FAILURES) FAILED_SHUFFLE=$(mr_field "$l" FAILED_SHUFFLE)"
+    [ -n "$v" ] && result "mapreduce siw $s cpu: services' threads $(mr_field "$v" http_threads_ms) ms (HTTP) + $(mr_field "$v" rdma_threads_ms) ms (rdma-*) for $(mr_field "$v" served_bytes) bytes served: $(mr_field "$v" service_cpu_s_per_gb) s per GB; whole cluster JVM $(mr_field "$l" cluster_cpu_ms) ms, $(mr_field "$l" cluster_cpu_s_per_gb) s per GB"
+  done
+  grep -o 'verbs node [^ ]* closed: [0-9]* READs completed ([0-9]* bytes), [0-9]* failed' /tmp/mapreduce-containers.log > /tmp/mr-closed.txt
+  while read -r line; do result "mapreduce siw reducer: $line"; done < /tmp/mr-closed.txt
+  grep -o 'verbs node listening on [^ ]* ([^,]*' /tmp/mapreduce.log | sort -u > /tmp/mr-service-nodes.txt
+  while read -r line; do result "mapreduce siw service: $line"; done < /tmp/mr-service-nodes.txt
+  reads=$(grep -Eo 'closed: [0-9]+ READs' /tmp/mr-closed.txt | grep -Eo '[0-9]+' | paste -sd+ | bc)
+  # A verbs node carries its control path on a tcp node at the same address and port: a tcp node with
+  # no verbs node there is the tcp provider.
+  cat /tmp/mapreduce.log /tmp/mapreduce-containers.log | grep -o 'tcp node listening on tcp://[^ ]*' \
+    | sed 's#.*tcp://##' | sort -u > /tmp/mr-tcp-at.txt
+  cat /tmp/mapreduce.log /tmp/mapreduce-containers.log | grep -o 'verbs node listening on verbs://[^ ]*' \
+    | sed 's#.*verbs://##' | sort -u > /tmp/mr-verbs-at.txt
+  tcp_nodes=$(grep -vxF -f /tmp/mr-verbs-at.txt /tmp/mr-tcp-at.txt | tr '\n' ' ')
+  reducers=$(grep -c 'Using ShuffleConsumerPlugin: org.rdmashuffle.mapreduce.RdmaShuffle' /tmp/mapreduce-containers.log)
+  reducer_nodes=$(grep -c 'VerbsNode: verbs node listening on' /tmp/mapreduce-containers.log)
+  want=java.lang.foreign; [ "$API" = disni ] && want=DiSNI
+  bad=""
+  [ $rc = 0 ] && grep -q '^MRCHECK outputs identical' /tmp/mapreduce.log \
+    || bad+="exit $rc, $(grep -m1 '^MRCHECK' /tmp/mapreduce.log || echo 'no MRCHECK line'); "
+  [ -n "$rdma_line" ] || bad+="no rdma-shuffle job; "
+  if [ -n "$rdma_line" ]; then
+    [ "$(mr_field "$rdma_line" MAPS_READ)" -gt 0 ] 2>/dev/null || bad+="MAPS_READ=$(mr_field "$rdma_line" MAPS_READ); "
+    [ "$(mr_field "$rdma_line" BYTES_READ)" -gt 0 ] 2>/dev/null || bad+="BYTES_READ=$(mr_field "$rdma_line" BYTES_READ); "
+    [ -n "$http_line" ] && [ "$(mr_field "$rdma_line" BYTES_READ)" = "$(mr_field "$http_line" REDUCE_SHUFFLE_BYTES)" ] \
+      || bad+="BYTES_READ=$(mr_field "$rdma_line" BYTES_READ) is not Hadoop's REDUCE_SHUFFLE_BYTES=$(mr_field "$http_line" REDUCE_SHUFFLE_BYTES); "
+    for k in MAPS_VIA_HTTP HOSTS_VIA_HTTP READ_FAILURES; do
+      [ "$(mr_field "$rdma_line" $k)" = 0 ] || bad+="$k=$(mr_field "$rdma_line" $k); "
+    done
+  fi
+  [ "${reads:-0}" -gt 0 ] || bad+="no reducer's verbs node completed a READ ($(wc -l < /tmp/mr-closed.txt) close lines); "
+  [ -z "$tcp_nodes" ] || bad+="tcp nodes without a verbs node (the tcp provider) at $tcp_nodes; "
+  [ "$reducers" -gt 0 ] && [ "$reducer_nodes" = "$reducers" ] || bad+="$reducer_nodes verbs nodes for $reducers rdma-shuffle reducers; "
+  [ -s /tmp/mr-service-nodes.txt ] || bad+="no service verbs node listening; "
+  grep -q "through $want" /tmp/mapreduce-containers.log || bad+="the reducers' verbs nodes did not log 'through $want'; "
+  if [ -z "$bad" ]; then
+    result "mapreduce siw PASS (TeraSort $MR_ARGS in ${mr_secs}s: outputs identical under Hadoop's HTTP shuffle and rdma-shuffle; MAPS_READ=$(mr_field "$rdma_line" MAPS_READ) BYTES_READ=$(mr_field "$rdma_line" BYTES_READ) = Hadoop's shuffle bytes, nothing over HTTP; ${reads} READs completed by the reducers' verbs nodes)"
+  else
+    # why: the service's or reducers' refusals, fallbacks and errors
+    cat /tmp/mapreduce.log /tmp/mapreduce-containers.log | grep -E 'tcp provider only|refus|fell back|fallback|rdma-shuffle:.*(WARN|HTTP)|Exception|errno|failed' \
+      | grep -v -e '^\s*at ' -e 'READs completed' -e '^MR' -e 'Interrupted' | cut -c1-400 | sort | uniq -c | sort -rn | head -25 > /tmp/mr-why.txt
+    cat /tmp/mr-why.txt
+    while read -r line; do result "mapreduce siw log: $line"; done < /tmp/mr-why.txt
+    tail -30 /tmp/mapreduce.log
+    fail "mapreduce siw (${mr_secs}s): $bad"
   fi
 fi
 say "done, failed=$failed"

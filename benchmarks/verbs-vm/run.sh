@@ -13,9 +13,15 @@
 # siw1, results equal to the sort shuffle's); doctor (device check, and the READ self-test between a
 # --serve and a --peer JVM) over siw and rxe; the readiness job (ReadinessCheck through SparkSubmit on
 # local-cluster) over siw and rxe, strict posture. Doctor and the readiness job are skipped, saying
-# "not in this build", when the plugin jar lacks their class.
+# "not in this build", when the plugin jar lacks their class. Part mapreduce (issue 36): a TeraSort
+# (GuestMapReduceJob, VERBS_VM_MR_ARGS) on a two-NodeManager MiniMRYarnCluster whose NodeManagers run
+# rdma-shuffle's drop-in service with provider=verbs, fallback=never, bound to dummy0 (siw0), once under
+# Hadoop's HTTP shuffle and once under rdma-shuffle: outputs identical, the job's READ counters > 0 with
+# BYTES_READ equal to Hadoop's shuffle bytes, nothing over HTTP, and the reducers' verbs nodes' READs;
+# with the services' CPU per GB served under both shuffles. Not in the default parts (it needs the
+# verbs provider to serve realms, a protection domain per job).
 #
-#   benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark limits fabric"]
+#   benchmarks/verbs-vm/run.sh [--parts "bench siw rxe spark limits fabric mapreduce"]
 #
 # The provider reaches rdma-core through java.lang.foreign (VERBS_VM_API=ffm, the default): every JVM
 # in the guest is a JDK 22+ (VERBS_VM_JAVA, default the newest under /usr/lib/jvm) with nothing but the
@@ -38,7 +44,10 @@
 # --reducers 4 --warmups 0 --rounds 1 --order sort,rdma --executor-mb 768"), VERBS_VM_FABRIC_EXECUTOR_MB
 # (the readiness job's executors, 768), VERBS_VM_READINESS_ARGS ("--mib 8 --reads 32"),
 # VERBS_VM_FABRIC_READINESS_ON ("siw rxe"), VERBS_VM_DOCTOR_CP_EXTRA (class path entries after the
-# plugin jar for doctor's JVMs; empty: the plugin jar alone, as docs tell users).
+# plugin jar for doctor's JVMs; empty: the plugin jar alone, as docs tell users). Part mapreduce:
+# VERBS_VM_MR_ARGS (GuestMapReduceJob's options, "--rows 40000 --maps 2 --reduces 2 --order http,rdma"),
+# VERBS_VM_MR_PROVIDER (verbs; tcp runs the same jobs in the guest to check the harness itself, and fails
+# the part: no READ over verbs).
 # Measuring parts (bench, spark) load the machine: on a shared machine run under flock /tmp/bench.lock.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,7 +56,7 @@ parts="bench siw rxe spark limits fabric"
 while [ $# -gt 0 ]; do
   case $1 in
     --parts) parts=$2; shift 2 ;;
-    *) echo "usage: [VERBS_VM_API=ffm|disni] [LIBDISNI_DIR=<dir>] $0 [--parts \"bench siw rxe spark limits fabric\"]" >&2; exit 2 ;;
+    *) echo "usage: [VERBS_VM_API=ffm|disni] [LIBDISNI_DIR=<dir>] $0 [--parts \"bench siw rxe spark limits fabric mapreduce\"]" >&2; exit 2 ;;
   esac
 done
 api=${VERBS_VM_API:-ffm}
@@ -168,7 +177,9 @@ fi
 log "building the project (mvn package, tests skipped)"
 ffm_build=()
 [ -n "$ffm_jdk" ] && ffm_build=("-Dffm.jdk=$ffm_jdk")
-(cd "$root" && mvn -B -ntp -q -DskipTests "${ffm_build[@]}" -pl examples,rdma-transport,shuffle-manager/spark -am package \
+modules=examples,rdma-transport,shuffle-manager/spark
+[[ " $parts " == *" mapreduce "* ]] && modules+=,shuffle-manager/mapreduce   # GuestMapReduceJob, its test class path
+(cd "$root" && mvn -B -ntp -q -DskipTests "${ffm_build[@]}" -pl "$modules" -am package \
    dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=target/test.classpath)
 # The fetch-bound Spark job of part spark (GuestFetchJob.java), compiled against Spark and the plugin.
 fetch_jar=$work/guest-fetch-job.jar
@@ -217,7 +228,15 @@ FABRIC_EXECUTOR_MB='${VERBS_VM_FABRIC_EXECUTOR_MB:-768}'
 READINESS_ARGS='${VERBS_VM_READINESS_ARGS:---mib 8 --reads 32}'
 FABRIC_READINESS_ON='${VERBS_VM_FABRIC_READINESS_ON:-siw rxe}'
 DOCTOR_CP_EXTRA='${VERBS_VM_DOCTOR_CP_EXTRA:-}'
+MR_ARGS='${VERBS_VM_MR_ARGS:---rows 40000 --maps 2 --reduces 2 --order http,rdma}'
+MR_PROVIDER='${VERBS_VM_MR_PROVIDER:-verbs}'
 ENV
+if [[ " $parts " == *" mapreduce "* ]]; then
+  # Absolute paths: task containers get this class path (a mini cluster hands them java.class.path), and
+  # the reactor's rdma-transport jar is multi-release (its Java 22 classes for java.lang.foreign).
+  mr=$root/shuffle-manager/mapreduce/target
+  echo "MR_CP='$mr/test-classes:$mr/classes:$(cat "$mr/test.classpath")'" >> "$out/env.sh"
+fi
 : > "$out/summary.txt"
 cp "$offsets" "$out/qp-offsets.env"
 
