@@ -442,6 +442,11 @@ public final class RdmaShuffleConf {
         return keyPrefix;
     }
 
+    /** {@code message} with every key under {@link #PREFIX} named as the user set it (under {@link #keyPrefix()}). */
+    public String naming(String message) {
+        return message == null || keyPrefix.equals(PREFIX) ? message : message.replace(PREFIX, keyPrefix);
+    }
+
     /** {@code key}'s name as the user set it (under {@link #keyPrefix()}), for messages. */
     public String keyName(ConfigKey<?> key) {
         return keyName(key.name().substring(PREFIX.length()));

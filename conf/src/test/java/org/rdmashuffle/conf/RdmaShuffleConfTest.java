@@ -43,6 +43,15 @@ class RdmaShuffleConfTest {
     }
 
     @Test
+    void shouldNameTheUsersKeysInATransportMessageWhenReadUnderAnotherPrefix() {
+        String why = "verbs: realms need rdma_cm private data; use spark.shuffle.rdma.verbs.api=ffm on Java 22+";
+        RdmaShuffleConf mr = new RdmaShuffleConf(Map.of(), "mapreduce.shuffle.rdma.");
+        assertEquals("verbs: realms need rdma_cm private data; use mapreduce.shuffle.rdma.verbs.api=ffm on Java 22+",
+                mr.naming(why));
+        assertEquals(why, RdmaShuffleConf.defaults().naming(why));
+    }
+
+    @Test
     void shouldTakeAnEighthOfMaxConnectionsAsTheRealmShareWhenItIsZero() {
         assertEquals(512, new RdmaShuffleConf(Map.of("spark.shuffle.rdma.maxConnections", "4096"))
                 .maxConnectionsPerRealm());

@@ -38,12 +38,12 @@ public final class RdmaTransport {
             case TCP:
                 return new Opened(new TcpNode(conf, options), TransportChoice.tcp("provider=tcp", false));
             case VERBS: {
-                Optional<String> missing = VerbsSupport.missing(conf.verbsApi());
+                Optional<String> missing = VerbsSupport.missing(conf.verbsApi()).map(conf::naming);
                 if (missing.isPresent()) {
                     throw new TransportException(provider + "=verbs, but the verbs provider cannot run: "
                             + missing.get() + ". Use provider=tcp or auto.");
                 }
-                Optional<String> unsupported = verbsCannotServe(conf, options);
+                Optional<String> unsupported = verbsCannotServe(conf, options).map(conf::naming);
                 if (unsupported.isPresent()) {
                     throw new TransportException(provider + "=verbs, but " + unsupported.get()
                             + ". Use provider=tcp or auto.");
@@ -59,7 +59,7 @@ public final class RdmaTransport {
             case AUTO:
             default: {
                 Optional<String> missing = VerbsSupport.missing(conf.verbsApi())
-                        .or(() -> verbsCannotServe(conf, options));
+                        .or(() -> verbsCannotServe(conf, options)).map(conf::naming);
                 if (missing.isPresent()) {
                     LOG.warn("{}=auto: using tcp ({})", provider, missing.get());
                     return new Opened(new TcpNode(conf, options), TransportChoice.tcp("auto: " + missing.get(), true));

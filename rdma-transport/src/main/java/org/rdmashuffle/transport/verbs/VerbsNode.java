@@ -118,7 +118,7 @@ public final class VerbsNode implements RdmaNode {
             if (options.usesRealms() && !d.carriesProof()) {
                 throw new IllegalArgumentException(VerbsApis.REALMS_NEED_PRIVATE_DATA);
             }
-            this.api = d.api() + " (" + choice.why() + ")";
+            this.api = d.api() + " (" + conf.naming(choice.why()) + ")";
             this.device = d.name();
             this.memory = new VerbsMemory(this, d, domains);
             this.rdmaPort = d.port();
