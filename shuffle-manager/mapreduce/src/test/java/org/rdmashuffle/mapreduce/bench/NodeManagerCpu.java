@@ -8,6 +8,7 @@ import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
@@ -34,22 +35,25 @@ import java.util.concurrent.TimeUnit;
 final class NodeManagerCpu {
     static final long SAMPLE_MS = 500;
 
-    /** CPU milliseconds of one NodeManager in one window. */
-    record Use(long processMs, long hadoopShuffleThreadsMs, long rdmaThreadsMs) {
-        /** Both shuffles' serving threads (in a job under one shuffle, the other's stay nearly idle). */
-        long servingThreadsMs() {
-            return hadoopShuffleThreadsMs + rdmaThreadsMs;
-        }
+    /**
+     * CPU milliseconds of one NodeManager (or several, summed) in one window: the whole process, Hadoop's
+     * ShuffleHandler threads, rdma-shuffle's threads, and the serving threads by name (the kernel's 15 characters).
+     */
+    record Use(long processMs, long hadoopShuffleThreadsMs, long rdmaThreadsMs, Map<String, Long> servingByName) {
+        static final Use NONE = new Use(0, 0, 0, Map.of());
 
         Use plus(Use o) {
+            Map<String, Long> names = new TreeMap<>(servingByName);
+            o.servingByName.forEach((k, v) -> names.merge(k, v, Long::sum));
             return new Use(processMs + o.processMs, hadoopShuffleThreadsMs + o.hadoopShuffleThreadsMs,
-                    rdmaThreadsMs + o.rdmaThreadsMs);
+                    rdmaThreadsMs + o.rdmaThreadsMs, names);
         }
     }
 
     private enum Kind { HADOOP_SHUFFLE, RDMA, OTHER }
 
     private final Map<String, Long> pids;
+    private final Map<Long, String> names = new HashMap<>(); // tid -> thread name, of the serving threads
     private final long msPerTick;
 
     /** {@code pids}: each NodeManager's name (say "A") and process id; {@code clockTicksPerSecond}: CLK_TCK. */
@@ -112,15 +116,20 @@ final class NodeManagerCpu {
                         - processStart.get(nm.getKey());
                 long hadoop = 0;
                 long rdma = 0;
-                for (long[] t : byTid.values()) {
+                Map<String, Long> byName = new TreeMap<>();
+                for (Map.Entry<Long, long[]> e : byTid.entrySet()) {
+                    long[] t = e.getValue();
                     long used = t[1] - t[0];
                     if (t[2] == Kind.HADOOP_SHUFFLE.ordinal()) {
                         hadoop += used;
                     } else if (t[2] == Kind.RDMA.ordinal()) {
                         rdma += used;
                     }
+                    if (t[2] != Kind.OTHER.ordinal()) {
+                        byName.merge(names.get(e.getKey()), used * msPerTick, Long::sum);
+                    }
                 }
-                uses.put(nm.getKey(), new Use(process * msPerTick, hadoop * msPerTick, rdma * msPerTick));
+                uses.put(nm.getKey(), new Use(process * msPerTick, hadoop * msPerTick, rdma * msPerTick, byName));
             }
             return uses;
         }
@@ -141,7 +150,11 @@ final class NodeManagerCpu {
                     long now = ticksOf(stat);
                     long[] t = byTid.get(tid);
                     if (t == null) {
-                        byTid.put(tid, new long[] {baseline ? now : 0, now, kindOf(name).ordinal()});
+                        Kind kind = kindOf(name);
+                        byTid.put(tid, new long[] {baseline ? now : 0, now, kind.ordinal()});
+                        if (kind != Kind.OTHER) {
+                            names.put(tid, name.replaceAll("[-# ]*[0-9]*$", ""));
+                        }
                     } else {
                         t[1] = now;
                     }

@@ -52,8 +52,18 @@ public final class TwoHostComparison {
     private record Run(int round, String shuffle, long jobMs, double copyMs, double finalMergeMs, long shuffleBytes,
                        NodeManagerCpu.Use cpu, Map<String, NodeManagerCpu.Use> perNm, long taskCpuMs, long read,
                        long viaHttp, String placement) {
+        /**
+         * The NodeManagers' CPU in the threads of the shuffle the job used: Hadoop's ShuffleHandler threads in a
+         * Hadoop run (a NodeManager with Hadoop's own service has no rdma-* threads); rdma-shuffle's threads and
+         * ShuffleHandler's in an rdma run (the drop-in runs both, and a reducer may fall back to HTTP).
+         */
+        long servingMs() {
+            return shuffle.equals("rdma") ? cpu.rdmaThreadsMs() + cpu.hadoopShuffleThreadsMs()
+                    : cpu.hadoopShuffleThreadsMs();
+        }
+
         double servingMsPerGb() {
-            return cpu.servingThreadsMs() / gb();
+            return servingMs() / gb();
         }
 
         double processMsPerGb() {
@@ -149,7 +159,7 @@ public final class TwoHostComparison {
                 fs.delete(out, true); // 2 GB a run: the checksum is what the next runs are held to
                 MapReduceComparison.Phases phases = MapReduceComparison.phases(conf, job);
                 double runMs = job.counter(TimedShuffle.Timing.SHUFFLE_RUN_MILLIS) / (double) reduces;
-                NodeManagerCpu.Use sum = perNm.values().stream().reduce(new NodeManagerCpu.Use(0, 0, 0),
+                NodeManagerCpu.Use sum = perNm.values().stream().reduce(NodeManagerCpu.Use.NONE,
                         NodeManagerCpu.Use::plus);
                 Run r = new Run(round, rdma ? "rdma" : "hadoop", job.elapsedMs(), runMs - phases.finalMergeMs(),
                         phases.finalMergeMs(), job.counter(TaskCounter.REDUCE_SHUFFLE_BYTES), sum, perNm,
@@ -158,11 +168,11 @@ public final class TwoHostComparison {
                 runs.add(r);
                 System.out.printf(Locale.ROOT, "round %d %-6s job %6d ms  copy %6.0f ms  final merge %6.0f ms  shuffled"
                                 + " %,d bytes  NodeManager CPU: process %d ms, serving threads %d ms (Hadoop's %d, rdma's"
-                                + " %d) = %.0f / %.0f ms per GB  task cpu %d ms  READ %d  http %d  %s%s  per NodeManager"
-                                + " %s%n", round, r.shuffle(), r.jobMs(), r.copyMs(), r.finalMergeMs(), r.shuffleBytes(),
-                        sum.processMs(), sum.servingThreadsMs(), sum.hadoopShuffleThreadsMs(), sum.rdmaThreadsMs(),
+                                + " %d) = %.0f / %.0f ms per GB  task cpu %d ms  READ %d  http %d  %s%s  serving threads by name %s"
+                                + "  per NodeManager %s%n", round, r.shuffle(), r.jobMs(), r.copyMs(), r.finalMergeMs(),
+                        r.shuffleBytes(), sum.processMs(), r.servingMs(), sum.hadoopShuffleThreadsMs(), sum.rdmaThreadsMs(),
                         r.servingMsPerGb(), r.processMsPerGb(), r.taskCpuMs(), r.read(), r.viaHttp(), r.placement(),
-                        rdma ? " " + where(job, reduces) : "", perNm);
+                        rdma ? " " + where(job, reduces) : "", sum.servingByName(), perNm);
             }
         }
         print(runs, rows, maps, reduces);
@@ -179,7 +189,7 @@ public final class TwoHostComparison {
         for (Run r : runs) {
             System.out.printf(Locale.ROOT, "| %d | %s | %,d | %,.0f | %,.0f | %,d | %,d | %,d | %,.0f | %,.0f | %,d | %d"
                             + " | %d |%n", r.round(), r.shuffle().equals("rdma") ? "rdma" : "Hadoop", r.jobMs(),
-                    r.copyMs(), r.finalMergeMs(), r.shuffleBytes() / 1_000_000, r.cpu().servingThreadsMs(),
+                    r.copyMs(), r.finalMergeMs(), r.shuffleBytes() / 1_000_000, r.servingMs(),
                     r.cpu().processMs(), r.servingMsPerGb(), r.processMsPerGb(), r.taskCpuMs(), r.read(),
                     r.viaHttp());
         }
@@ -194,8 +204,8 @@ public final class TwoHostComparison {
         row(runs, "final merge, two hosts", Run::finalMergeMs);
         row(runs, "task CPU, two hosts", r -> r.taskCpuMs());
         System.out.println("(copy phase, job, final merge: ms; NodeManager CPU: ms per GB of REDUCE_SHUFFLE_BYTES,"
-                + " both NodeManagers; serving threads: Hadoop's ShuffleHandler Netty threads and rdma-shuffle's rdma-*"
-                + " threads)");
+                + " both NodeManagers; serving threads: Hadoop's ShuffleHandler Netty threads in a Hadoop run, rdma-shuffle's"
+                + " rdma-* threads and those in an rdma run)");
     }
 
     private static void row(List<Run> runs, String name, ToDoubleFunction<Run> metric) {
