@@ -99,9 +99,11 @@ public final class TwoHostComparison {
                 case "--clock-ticks" -> clockTicks = Long.parseLong(v);
                 case "--work" -> work = v;
                 case "--jfr" -> jfr = v;
-                case "--nm" -> nms.put(v.substring(0, v.indexOf('=')), Long.parseLong(v.substring(v.indexOf('=') + 1)));
-                default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (--work DIR --nm NAME=PID"
-                        + "... --rows N --maps M --reduces R --rounds K --rdma-port P --clock-ticks T --jfr DIR)");
+                case "--nm" -> nms.put(v.substring(0, v.indexOf('=')),
+                        Long.parseLong(v.substring(v.indexOf('=') + 1)));
+                default -> throw new IllegalArgumentException("unknown argument " + args[i]
+                        + " (--work DIR --nm NAME=PID... --rows N --maps M --reduces R --rounds K --rdma-port P"
+                        + " --clock-ticks T --jfr DIR)");
             }
         }
         if (work == null || nms.isEmpty()) {
@@ -166,16 +168,20 @@ public final class TwoHostComparison {
                         job.counter(TaskCounter.CPU_MILLISECONDS), job.counter(RdmaShuffleCounter.MAPS_READ),
                         job.counter(RdmaShuffleCounter.MAPS_VIA_HTTP), placement(job));
                 runs.add(r);
-                System.out.printf(Locale.ROOT, "round %d %-6s job %6d ms  copy %6.0f ms  final merge %6.0f ms  shuffled"
-                                + " %,d bytes  NodeManager CPU: process %d ms, serving threads %d ms (Hadoop's %d, rdma's"
-                                + " %d) = %.0f / %.0f ms per GB  task cpu %d ms  READ %d  http %d  %s%s  serving threads by name %s"
-                                + "  per NodeManager %s%n", round, r.shuffle(), r.jobMs(), r.copyMs(), r.finalMergeMs(),
-                        r.shuffleBytes(), sum.processMs(), r.servingMs(), sum.hadoopShuffleThreadsMs(), sum.rdmaThreadsMs(),
-                        r.servingMsPerGb(), r.processMsPerGb(), r.taskCpuMs(), r.read(), r.viaHttp(), r.placement(),
-                        rdma ? " " + where(job, reduces) : "", sum.servingByName(), perNm);
+                System.out.println(describe(r, sum, rdma ? where(job, reduces) : ""));
             }
         }
         print(runs, rows, maps, reduces);
+    }
+
+    private static String describe(Run r, NodeManagerCpu.Use sum, String where) {
+        return String.format(Locale.ROOT, "round %d %-6s job %6d ms  copy %6.0f ms  final merge %6.0f ms  shuffled %,d"
+                        + " bytes  task cpu %d ms  READ %d  http %d  %s %s%n  NodeManager CPU: process %d ms, serving"
+                        + " threads %d ms (Hadoop's %d, rdma's %d) = %.0f ms per GB (process %.0f); by thread %s;"
+                        + " per NodeManager %s", r.round(), r.shuffle(), r.jobMs(), r.copyMs(), r.finalMergeMs(),
+                r.shuffleBytes(), r.taskCpuMs(), r.read(), r.viaHttp(), r.placement(), where, sum.processMs(),
+                r.servingMs(), sum.hadoopShuffleThreadsMs(), sum.rdmaThreadsMs(), r.servingMsPerGb(),
+                r.processMsPerGb(), sum.servingByName(), r.perNm());
     }
 
     private static void print(List<Run> runs, long rows, int maps, int reduces) {
@@ -187,8 +193,8 @@ public final class TwoHostComparison {
                 + " | partitions READ | via HTTP |");
         System.out.println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for (Run r : runs) {
-            System.out.printf(Locale.ROOT, "| %d | %s | %,d | %,.0f | %,.0f | %,d | %,d | %,d | %,.0f | %,.0f | %,d | %d"
-                            + " | %d |%n", r.round(), r.shuffle().equals("rdma") ? "rdma" : "Hadoop", r.jobMs(),
+            System.out.printf(Locale.ROOT, "| %d | %s | %,d | %,.0f | %,.0f | %,d | %,d | %,d | %,.0f | %,.0f | %,d"
+                            + " | %d | %d |%n", r.round(), r.shuffle().equals("rdma") ? "rdma" : "Hadoop", r.jobMs(),
                     r.copyMs(), r.finalMergeMs(), r.shuffleBytes() / 1_000_000, r.servingMs(),
                     r.cpu().processMs(), r.servingMsPerGb(), r.processMsPerGb(), r.taskCpuMs(), r.read(),
                     r.viaHttp());
@@ -204,8 +210,8 @@ public final class TwoHostComparison {
         row(runs, "final merge, two hosts", Run::finalMergeMs);
         row(runs, "task CPU, two hosts", r -> r.taskCpuMs());
         System.out.println("(copy phase, job, final merge: ms; NodeManager CPU: ms per GB of REDUCE_SHUFFLE_BYTES,"
-                + " both NodeManagers; serving threads: Hadoop's ShuffleHandler Netty threads in a Hadoop run, rdma-shuffle's"
-                + " rdma-* threads and those in an rdma run)");
+                + " both NodeManagers; serving threads: Hadoop's ShuffleHandler Netty threads in a Hadoop run,"
+                + " rdma-shuffle's rdma-* threads and those in an rdma run)");
     }
 
     private static void row(List<Run> runs, String name, ToDoubleFunction<Run> metric) {
@@ -234,7 +240,8 @@ public final class TwoHostComparison {
 
     /** rdma-shuffle's own breakdown of its reducers' shuffle, per reducer (the fetcher threads' sums). */
     private static String where(JobResult job, int reduces) {
-        return String.format(Locale.ROOT, "(per reducer: open %d ms, REGISTER %d ms, READ wait %d ms, merge copy %d ms)",
+        return String.format(Locale.ROOT,
+                "(per reducer: open %d ms, REGISTER %d ms, READ wait %d ms, merge copy %d ms)",
                 job.counter(RdmaShuffleCounter.OPEN_MILLIS) / reduces,
                 job.counter(RdmaShuffleCounter.REGISTER_MILLIS) / reduces,
                 job.counter(RdmaShuffleCounter.READ_WAIT_MILLIS) / reduces,
@@ -247,7 +254,8 @@ public final class TwoHostComparison {
             yarn.init(conf);
             yarn.start();
             List<NodeReport> nodes = List.of();
-            for (long deadline = System.nanoTime() + 180_000_000_000L; System.nanoTime() < deadline; Thread.sleep(500)) {
+            long deadline = System.nanoTime() + 180_000_000_000L;
+            for (; System.nanoTime() < deadline; Thread.sleep(500)) {
                 nodes = yarn.getNodeReports(NodeState.RUNNING);
                 if (nodes.size() >= count) {
                     System.out.println("NodeManagers running: " + Arrays.toString(nodes.stream()
