@@ -128,7 +128,9 @@ public final class TwoHostComparison {
         for (int round = 1; round <= rounds; round++) {
             for (boolean rdma : new boolean[] {false, true}) {
                 JobConf conf = new JobConf(base);
+                // One split per input file, whatever the local file system's block size (32 MB) would cut.
                 conf.setLong(FileInputFormat.SPLIT_MAXSIZE, rows / maps * TeraRows.ROW_BYTES);
+                conf.setLong(FileInputFormat.SPLIT_MINSIZE, rows / maps * TeraRows.ROW_BYTES);
                 conf.set(MRConfig.SHUFFLE_CONSUMER_PLUGIN, TimedShuffle.class.getName());
                 if (jfr != null) {
                     java.io.File runDir = new java.io.File(jfr, "round" + round + (rdma ? "-rdma" : "-hadoop"));
