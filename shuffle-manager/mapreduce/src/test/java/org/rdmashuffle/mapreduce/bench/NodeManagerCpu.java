@@ -16,15 +16,17 @@ import java.util.concurrent.TimeUnit;
 /**
  * CPU time of NodeManager processes over one job, read from Linux's {@code /proc}: the whole process
  * ({@code /proc/<pid>/stat}, user + system, its threads that ended included; not its children, the containers),
- * and the threads that serve map outputs ({@code /proc/<pid>/task/<tid>/stat}, by thread name):
+ * and the threads that serve map outputs ({@code /proc/<pid>/task/<tid>/stat}, by thread name, of which the
+ * kernel keeps the first 15 characters):
  * <ul>
  *   <li>Hadoop's HTTP shuffle: {@code ShuffleHandler Netty Boss #n} and {@code ShuffleHandler Netty Worker #n}
- *       (named by Hadoop's {@code ShuffleHandler}; the kernel keeps a thread name's first 15 characters,
- *       {@code "ShuffleHandler "}): they read index files and send map outputs, with {@code sendfile}.</li>
- *   <li>rdma-shuffle: every thread whose name starts with {@code rdma-}: the transport's responder and requester
- *       ({@code rdma-tcp-responder-<port>}, which serves READs), the REGISTER workers
- *       ({@code rdma-shuffle-register-<port>-n}), the output file openers ({@code rdma-shuffle-open-<port>-n}),
- *       the job-stop and maintenance threads.</li>
+ *       ({@code "ShuffleHandler "} to the kernel): they read index files and send map outputs, with
+ *       {@code sendfile}.</li>
+ *   <li>rdma-shuffle's serving threads: the transport's responder ({@code rdma-tcp-responder-<port>}, which
+ *       answers READs), the REGISTER workers ({@code rdma-shuffle-register-<port>-n}) and the output file openers
+ *       ({@code rdma-shuffle-open-<port>-n}).</li>
+ *   <li>rdma-shuffle's other threads, counted apart: the node's requester ({@code rdma-tcp-requester-<port>},
+ *       which a NodeManager never uses to READ but which wakes every 50 ms), maintenance and job stops.</li>
  * </ul>
  * Threads that start and end between two samples would be missed, so a window samples every
  * {@value #SAMPLE_MS} ms and keeps each thread's last value; the openers, the shortest-lived of these threads,
@@ -39,18 +41,19 @@ final class NodeManagerCpu {
      * CPU milliseconds of one NodeManager (or several, summed) in one window: the whole process, Hadoop's
      * ShuffleHandler threads, rdma-shuffle's threads, and the serving threads by name (the kernel's 15 characters).
      */
-    record Use(long processMs, long hadoopShuffleThreadsMs, long rdmaThreadsMs, Map<String, Long> servingByName) {
-        static final Use NONE = new Use(0, 0, 0, Map.of());
+    record Use(long processMs, long hadoopShuffleThreadsMs, long rdmaServingThreadsMs, long rdmaOtherThreadsMs,
+               Map<String, Long> byName) {
+        static final Use NONE = new Use(0, 0, 0, 0, Map.of());
 
         Use plus(Use o) {
-            Map<String, Long> names = new TreeMap<>(servingByName);
-            o.servingByName.forEach((k, v) -> names.merge(k, v, Long::sum));
+            Map<String, Long> names = new TreeMap<>(byName);
+            o.byName.forEach((k, v) -> names.merge(k, v, Long::sum));
             return new Use(processMs + o.processMs, hadoopShuffleThreadsMs + o.hadoopShuffleThreadsMs,
-                    rdmaThreadsMs + o.rdmaThreadsMs, names);
+                    rdmaServingThreadsMs + o.rdmaServingThreadsMs, rdmaOtherThreadsMs + o.rdmaOtherThreadsMs, names);
         }
     }
 
-    private enum Kind { HADOOP_SHUFFLE, RDMA, OTHER }
+    private enum Kind { HADOOP_SHUFFLE, RDMA_SERVING, RDMA_OTHER, OTHER }
 
     private final Map<String, Long> pids;
     private final Map<Long, String> names = new HashMap<>(); // tid -> thread name, of the serving threads
@@ -116,20 +119,24 @@ final class NodeManagerCpu {
                         - processStart.get(nm.getKey());
                 long hadoop = 0;
                 long rdma = 0;
+                long rdmaOther = 0;
                 Map<String, Long> byName = new TreeMap<>();
                 for (Map.Entry<Long, long[]> e : byTid.entrySet()) {
                     long[] t = e.getValue();
                     long used = t[1] - t[0];
                     if (t[2] == Kind.HADOOP_SHUFFLE.ordinal()) {
                         hadoop += used;
-                    } else if (t[2] == Kind.RDMA.ordinal()) {
+                    } else if (t[2] == Kind.RDMA_SERVING.ordinal()) {
                         rdma += used;
+                    } else if (t[2] == Kind.RDMA_OTHER.ordinal()) {
+                        rdmaOther += used;
                     }
                     if (t[2] != Kind.OTHER.ordinal()) {
                         byName.merge(names.get(e.getKey()), used * msPerTick, Long::sum);
                     }
                 }
-                uses.put(nm.getKey(), new Use(process * msPerTick, hadoop * msPerTick, rdma * msPerTick, byName));
+                uses.put(nm.getKey(), new Use(process * msPerTick, hadoop * msPerTick, rdma * msPerTick,
+                        rdmaOther * msPerTick, byName));
             }
             return uses;
         }
@@ -167,7 +174,11 @@ final class NodeManagerCpu {
         if (threadName.startsWith("ShuffleHandler")) {
             return Kind.HADOOP_SHUFFLE;
         }
-        return threadName.startsWith("rdma-") ? Kind.RDMA : Kind.OTHER;
+        if (threadName.startsWith("rdma-tcp-respon") || threadName.startsWith("rdma-shuffle-re")
+                || threadName.startsWith("rdma-shuffle-op")) {
+            return Kind.RDMA_SERVING;
+        }
+        return threadName.startsWith("rdma-") ? Kind.RDMA_OTHER : Kind.OTHER;
     }
 
     private static long ticks(Path stat) throws IOException {

@@ -53,12 +53,13 @@ public final class TwoHostComparison {
                        NodeManagerCpu.Use cpu, Map<String, NodeManagerCpu.Use> perNm, long taskCpuMs, long read,
                        long viaHttp, String placement) {
         /**
-         * The NodeManagers' CPU in the threads of the shuffle the job used: Hadoop's ShuffleHandler threads in a
-         * Hadoop run (a NodeManager with Hadoop's own service has no rdma-* threads); rdma-shuffle's threads and
-         * ShuffleHandler's in an rdma run (the drop-in runs both, and a reducer may fall back to HTTP).
+         * The NodeManagers' CPU in the serving threads of the shuffle the job used: Hadoop's ShuffleHandler threads
+         * in a Hadoop run; rdma-shuffle's responder, REGISTER workers and openers, and ShuffleHandler's threads, in
+         * an rdma run (the drop-in runs both, and a reducer may fall back to HTTP). rdma-shuffle's other threads
+         * are in {@link NodeManagerCpu.Use#rdmaOtherThreadsMs()} and the whole process.
          */
         long servingMs() {
-            return shuffle.equals("rdma") ? cpu.rdmaThreadsMs() + cpu.hadoopShuffleThreadsMs()
+            return shuffle.equals("rdma") ? cpu.rdmaServingThreadsMs() + cpu.hadoopShuffleThreadsMs()
                     : cpu.hadoopShuffleThreadsMs();
         }
 
@@ -179,11 +180,12 @@ public final class TwoHostComparison {
     private static String describe(Run r, NodeManagerCpu.Use sum, String where) {
         return String.format(Locale.ROOT, "round %d %-6s job %6d ms  copy %6.0f ms  final merge %6.0f ms  shuffled %,d"
                         + " bytes  task cpu %d ms  READ %d  http %d  %s %s%n  NodeManager CPU: process %d ms, serving"
-                        + " threads %d ms (Hadoop's %d, rdma's %d) = %.0f ms per GB (process %.0f); by thread %s;"
-                        + " per NodeManager %s", r.round(), r.shuffle(), r.jobMs(), r.copyMs(), r.finalMergeMs(),
-                r.shuffleBytes(), r.taskCpuMs(), r.read(), r.viaHttp(), r.placement(), where, sum.processMs(),
-                r.servingMs(), sum.hadoopShuffleThreadsMs(), sum.rdmaThreadsMs(), r.servingMsPerGb(),
-                r.processMsPerGb(), sum.servingByName(), r.perNm());
+                        + " threads %d ms (Hadoop's %d, rdma's %d; rdma's others %d) = %.0f ms per GB (process %.0f);"
+                        + " by thread %s; per NodeManager %s", r.round(), r.shuffle(), r.jobMs(), r.copyMs(),
+                r.finalMergeMs(), r.shuffleBytes(), r.taskCpuMs(), r.read(), r.viaHttp(), r.placement(), where,
+                sum.processMs(), r.servingMs(), sum.hadoopShuffleThreadsMs(), sum.rdmaServingThreadsMs(),
+                sum.rdmaOtherThreadsMs(), r.servingMsPerGb(),
+                r.processMsPerGb(), sum.byName(), r.perNm());
     }
 
     private static void print(List<Run> runs, long rows, int maps, int reduces) {
@@ -191,13 +193,14 @@ public final class TwoHostComparison {
                 + " one NodeManager per host, %d rounds alternating; outputs identical in every run%n", rows,
                 rows * TeraRows.ROW_BYTES / 1_000_000, maps, reduces, runs.size() / 2);
         System.out.println("| round | shuffle | job ms | copy ms | final merge ms | shuffled MB | NM CPU ms, serving"
-                + " threads | NM CPU ms, whole processes | serving ms per GB | whole ms per GB | task CPU ms"
-                + " | partitions READ | via HTTP |");
-        System.out.println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+                + " threads | NM CPU ms, rdma's other threads | NM CPU ms, whole processes | serving ms per GB"
+                + " | whole ms per GB | task CPU ms | partitions READ | via HTTP |");
+        System.out.println("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for (Run r : runs) {
-            System.out.printf(Locale.ROOT, "| %d | %s | %,d | %,.0f | %,.0f | %,d | %,d | %,d | %,.0f | %,.0f | %,d"
-                            + " | %d | %d |%n", r.round(), r.shuffle().equals("rdma") ? "rdma" : "Hadoop", r.jobMs(),
-                    r.copyMs(), r.finalMergeMs(), r.shuffleBytes() / 1_000_000, r.servingMs(),
+            System.out.printf(Locale.ROOT, "| %d | %s | %,d | %,.0f | %,.0f | %,d | %,d | %,d | %,d | %,.0f | %,.0f"
+                            + " | %,d | %d | %d |%n", r.round(), r.shuffle().equals("rdma") ? "rdma" : "Hadoop",
+                    r.jobMs(), r.copyMs(), r.finalMergeMs(), r.shuffleBytes() / 1_000_000, r.servingMs(),
+                    r.cpu().rdmaOtherThreadsMs(),
                     r.cpu().processMs(), r.servingMsPerGb(), r.processMsPerGb(), r.taskCpuMs(), r.read(),
                     r.viaHttp());
         }
@@ -213,7 +216,7 @@ public final class TwoHostComparison {
         row(runs, "task CPU, two hosts", r -> r.taskCpuMs());
         System.out.println("(copy phase, job, final merge: ms; NodeManager CPU: ms per GB of REDUCE_SHUFFLE_BYTES,"
                 + " both NodeManagers; serving threads: Hadoop's ShuffleHandler Netty threads in a Hadoop run,"
-                + " rdma-shuffle's rdma-* threads and those in an rdma run)");
+                + " rdma-shuffle's responder, REGISTER workers and openers and those in an rdma run)");
     }
 
     private static void row(List<Run> runs, String name, ToDoubleFunction<Run> metric) {
