@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The two-host MapReduce comparison, run by `examples/run-mapreduce.sh --two-hosts [options]` after its build
-# (options: --rows N --maps M --reduces R --rounds K --jfr DIR, passed to TwoHostComparison).
+# (options: --rows N --maps M --reduces R --rounds K --jfr DIR --deadline INSTANT, passed to TwoHostComparison).
 #
 # Two "hosts" on one machine: network namespaces ${RDMA_TWO_HOSTS_NAME:-mrh}A and ...B joined by a veth pair
 # (10.201.0.1 and 10.201.0.2), each with a host name of its own (a UTS namespace and /etc/netns/<ns>/hosts, so

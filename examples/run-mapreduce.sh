@@ -4,7 +4,7 @@
 #   examples/run-mapreduce.sh [--rows N] [--maps M] [--reduces R] [--rounds K] [--jfr DIR]
 #     one host: a two-NodeManager MiniMRYarnCluster in this process (both NodeManagers run RdmaShuffleHandler
 #     as mapreduce_shuffle: Hadoop's HTTP shuffle and READs).
-#   examples/run-mapreduce.sh --two-hosts [--rows N] [--maps M] [--reduces R] [--rounds K] [--jfr DIR]
+#   examples/run-mapreduce.sh --two-hosts [--rows N] [--maps M] [--reduces R] [--rounds K] [--jfr DIR] [--deadline INSTANT]
 #     two hosts (needs root): a ResourceManager and a NodeManager in one network namespace, a NodeManager in
 #     another, as separate processes; see examples/mapreduce-two-hosts.sh.
 # RDMA_SKIP_BUILD=1 skips the build.

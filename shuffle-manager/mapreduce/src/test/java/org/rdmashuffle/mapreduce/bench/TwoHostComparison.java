@@ -45,7 +45,9 @@ import org.rdmashuffle.mapreduce.jobs.TeraSort;
  * <p>Arguments: {@code --work DIR} (a directory both hosts see: input, outputs), {@code --nm NAME=PID} (each
  * NodeManager, at least one), {@code --rows N} (default 20,000,000: 2 GB), {@code --maps M} (16),
  * {@code --reduces R} (4), {@code --rounds K} (3), {@code --rdma-port P} (the services' fixed port, 13570),
- * {@code --clock-ticks T} (CLK_TCK, 100), {@code --jfr DIR} (a JFR recording of every reducer; off by default).
+ * {@code --clock-ticks T} (CLK_TCK, 100), {@code --jfr DIR} (a JFR recording of every reducer; off by default),
+ * {@code --deadline INSTANT} (e.g. 2026-12-06T22:25:00Z: no round starts that the longest round so far would take
+ * past it; the table shows the rounds run).
  */
 public final class TwoHostComparison {
     /** One job; in a median row every number is the median of its own column. */
@@ -88,6 +90,7 @@ public final class TwoHostComparison {
         long clockTicks = 100;
         String work = null;
         String jfr = null;
+        long deadlineMs = Long.MAX_VALUE;
         Map<String, Long> nms = new LinkedHashMap<>();
         for (int i = 0; i < args.length; i += 2) {
             String v = i + 1 < args.length ? args[i + 1] : null;
@@ -100,11 +103,12 @@ public final class TwoHostComparison {
                 case "--clock-ticks" -> clockTicks = Long.parseLong(v);
                 case "--work" -> work = v;
                 case "--jfr" -> jfr = v;
+                case "--deadline" -> deadlineMs = java.time.Instant.parse(v).toEpochMilli();
                 case "--nm" -> nms.put(v.substring(0, v.indexOf('=')),
                         Long.parseLong(v.substring(v.indexOf('=') + 1)));
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]
                         + " (--work DIR --nm NAME=PID... --rows N --maps M --reduces R --rounds K --rdma-port P"
-                        + " --clock-ticks T --jfr DIR)");
+                        + " --clock-ticks T --jfr DIR --deadline INSTANT)");
             }
         }
         if (work == null || nms.isEmpty()) {
@@ -126,7 +130,14 @@ public final class TwoHostComparison {
         }
         List<Run> runs = new ArrayList<>();
         Long firstChecksum = null;
+        long roundMs = 0;
         for (int round = 1; round <= rounds; round++) {
+            if (System.currentTimeMillis() + roundMs > deadlineMs) {
+                System.out.printf(Locale.ROOT, "round %d not started: it would end after the deadline %s (a round"
+                        + " took %d ms)%n", round, java.time.Instant.ofEpochMilli(deadlineMs), roundMs);
+                break;
+            }
+            long roundStart = System.currentTimeMillis();
             for (boolean rdma : new boolean[] {false, true}) {
                 JobConf conf = new JobConf(base);
                 // One split per input file, whatever the local file system's block size (32 MB) would cut.
@@ -173,6 +184,7 @@ public final class TwoHostComparison {
                 runs.add(r);
                 System.out.println(describe(r, sum, rdma ? where(job, reduces) : ""));
             }
+            roundMs = Math.max(roundMs, System.currentTimeMillis() - roundStart);
         }
         print(runs, rows, maps, reduces);
     }
