@@ -39,7 +39,8 @@ final class NodeManagerCpu {
 
     /**
      * CPU milliseconds of one NodeManager (or several, summed) in one window: the whole process, Hadoop's
-     * ShuffleHandler threads, rdma-shuffle's threads, and the serving threads by name (the kernel's 15 characters).
+     * ShuffleHandler threads, rdma-shuffle's threads, and the serving threads by name (the kernel's 15 characters;
+     * "name (system)": of that, the time in the kernel).
      */
     record Use(long processMs, long hadoopShuffleThreadsMs, long rdmaServingThreadsMs, long rdmaOtherThreadsMs,
                Map<String, Long> byName) {
@@ -79,7 +80,8 @@ final class NodeManagerCpu {
     /** One job's window. {@link #close()} returns the use per NodeManager (its name as given). */
     final class Window {
         private final Map<String, Long> processStart = new HashMap<>();
-        private final Map<String, Map<Long, long[]>> threads = new HashMap<>(); // tid -> {start, last, kind}
+        /** Per NodeManager, tid to {ticks at start, last ticks, kind, system ticks at start, last system ticks}. */
+        private final Map<String, Map<Long, long[]>> threads = new HashMap<>();
         private final ScheduledExecutorService sampler;
 
         private Window() throws IOException {
@@ -133,6 +135,7 @@ final class NodeManagerCpu {
                     }
                     if (t[2] != Kind.OTHER.ordinal()) {
                         byName.merge(names.get(e.getKey()), used * msPerTick, Long::sum);
+                        byName.merge(names.get(e.getKey()) + " (system)", (t[4] - t[3]) * msPerTick, Long::sum);
                     }
                 }
                 uses.put(nm.getKey(), new Use(process * msPerTick, hadoop * msPerTick, rdma * msPerTick,
@@ -155,15 +158,18 @@ final class NodeManagerCpu {
                     long tid = Long.parseLong(task.getFileName().toString());
                     String name = stat.substring(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
                     long now = ticksOf(stat);
+                    long system = systemTicksOf(stat);
                     long[] t = byTid.get(tid);
                     if (t == null) {
                         Kind kind = kindOf(name);
-                        byTid.put(tid, new long[] {baseline ? now : 0, now, kind.ordinal()});
+                        byTid.put(tid, new long[] {baseline ? now : 0, now, kind.ordinal(), baseline ? system : 0,
+                            system});
                         if (kind != Kind.OTHER) {
                             names.put(tid, name.replaceAll("[-# ]*[0-9]*$", ""));
                         }
                     } else {
                         t[1] = now;
+                        t[4] = system;
                     }
                 }
             }
@@ -179,6 +185,11 @@ final class NodeManagerCpu {
             return Kind.RDMA_SERVING;
         }
         return threadName.startsWith("rdma-") ? Kind.RDMA_OTHER : Kind.OTHER;
+    }
+
+    /** stime alone: the kernel's share, for the serving threads (sendfile, socket writes). */
+    private static long systemTicksOf(String stat) {
+        return Long.parseLong(stat.substring(stat.lastIndexOf(')') + 2).trim().split(" ")[12]);
     }
 
     private static long ticks(Path stat) throws IOException {
