@@ -47,8 +47,9 @@ final class IndexCache {
     static final String DATA = "file.out";
 
     /**
-     * An attempt's files on this NodeManager, in the directory {@code below} names relative to a local dir (where
-     * {@link LocalDirs#openPlainFiles} opens them from).
+     * An attempt's files on this NodeManager, each in the directory {@code below} names relative to a local dir
+     * (where {@link LocalDirs#openPlainFiles} opens them from): the same local dir, or two (Hadoop's map task asks its
+     * local dir allocator for each file apart, so with several local dirs they may lie on different disks).
      */
     record Located(File index, File data, String below) {
         /** The files of an attempt whose index is {@code index}, {@code below} a local dir. */
@@ -59,6 +60,11 @@ final class IndexCache {
 
         File dir() {
             return index.getParentFile();
+        }
+
+        /** Opens the index (0) and the data file (1), each from its own directory. */
+        LocalDirs.OpenedFiles open(LocalDirs.Rules rules) throws IOException {
+            return LocalDirs.openPlainFiles(index.getParentFile(), INDEX, data.getParentFile(), DATA, below, rules);
         }
     }
 
@@ -108,8 +114,8 @@ final class IndexCache {
         String base = "output/" + attempt + "/";
         File index = job.find(base + INDEX);
         File data = index == null ? null : job.find(base + DATA);
-        if (index != null && data != null && index.getParentFile().equals(data.getParentFile())) {
-            return Located.of(index, attemptDir(job, attempt));
+        if (index != null && data != null) { // each where the map task's allocator put it
+            return new Located(index, data, attemptDir(job, attempt));
         }
         synchronized (this) {
             missing.put(key, nanoClock.getAsLong() + MISSING_NANOS);
@@ -242,4 +248,24 @@ final class IndexCache {
     long lookups() {
         return lookups.get();
     }
+
+    /** The partitions' offsets if {@code spill} lays them out back to back from 0 within the file, else null. */
+    static long[] offsets(SpillRecord spill, int partitions, long fileLength) {
+        if (spill.size() != partitions) {
+            return null;
+        }
+        long[] offsets = new long[partitions + 1];
+        long at = 0;
+        for (int p = 0; p < partitions; p++) {
+            IndexRecord rec = spill.getIndex(p);
+            if (rec.startOffset != at || rec.partLength < 0 || rec.rawLength < 0) {
+                return null;
+            }
+            offsets[p] = at;
+            at += rec.partLength;
+        }
+        offsets[partitions] = at;
+        return at <= fileLength ? offsets : null;
+    }
+
 }

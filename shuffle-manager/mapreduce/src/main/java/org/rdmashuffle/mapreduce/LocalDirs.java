@@ -279,6 +279,30 @@ final class LocalDirs {
         }
     }
 
+    /**
+     * {@code firstName} in {@code firstDir} and {@code secondName} in {@code secondDir}, both {@code relative} below a
+     * local dir (the same one or two: a map task's allocator may put {@code file.out} and its index on different
+     * disks), each opened as {@link #openPlainFiles} opens files; the first is closed again when the second fails.
+     */
+    static OpenedFiles openPlainFiles(File firstDir, String firstName, File secondDir, String secondName,
+                                      String relative, Rules rules) throws IOException {
+        if (firstDir.equals(secondDir)) {
+            return openPlainFiles(firstDir, relative, rules, firstName, secondName);
+        }
+        OpenedFiles first = openPlainFiles(firstDir, relative, rules, firstName);
+        try {
+            OpenedFiles second = openPlainFiles(secondDir, relative, rules, secondName);
+            return new OpenedFiles(new FileChannel[] {first.get(0), second.get(0)});
+        } catch (IOException | RuntimeException e) {
+            try {
+                first.close();
+            } catch (IOException closing) {
+                e.addSuppressed(closing);
+            }
+            throw e;
+        }
+    }
+
     /** {@link #openPlainFiles} with any owner, opened on the calling thread. */
     static OpenedFiles openPlainFiles(File dir, String relative, String... names) throws IOException {
         return openPlainFiles(dir, relative, Rules.ANY, names);

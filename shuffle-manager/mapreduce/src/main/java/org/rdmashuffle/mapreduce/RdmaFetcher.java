@@ -127,7 +127,17 @@ final class RdmaFetcher<K, V> extends Thread {
             overHttp(host, host.getNumKnownMapOutputs());
             return;
         }
-        List<TaskAttemptID> maps = shuffle.scheduler().getMapsForHost(host);
+        // Hadoop's scheduler hands out 20 of a host's maps at a time (its HTTP fetcher's batch): take what the host
+        // has, up to a REGISTER's worth, so that one REGISTER names them all and their READs leave together.
+        List<TaskAttemptID> maps = new ArrayList<>(shuffle.scheduler().getMapsForHost(host));
+        while (!maps.isEmpty() && maps.size() < RegisterProtocol.MAX_MAPS_PER_REQUEST
+                && host.getNumKnownMapOutputs() > 0) {
+            List<TaskAttemptID> more = shuffle.scheduler().getMapsForHost(host);
+            if (more.isEmpty()) {
+                break;
+            }
+            maps.addAll(more);
+        }
         if (maps.isEmpty()) {
             return;
         }
@@ -173,9 +183,8 @@ final class RdmaFetcher<K, V> extends Thread {
         RegisterProtocol.Reply reply;
         long asking = System.nanoTime();
         try {
-            reply = RegisterProtocol.parseReply(client.call(service, RegisterProtocol.encode(
-                    new RegisterProtocol.Request(shuffle.numMaps(), shuffle.numReduces(), shuffle.reduce(), asked))),
-                    asked.length);
+            reply = register(client, host, service, new RegisterProtocol.Request(shuffle.numMaps(),
+                    shuffle.numReduces(), shuffle.reduce(), asked, client.registerVersion(host)));
         } catch (IOException | IllegalArgumentException e) {
             shuffle.times().registering(System.nanoTime() - asking);
             // this turn over HTTP, READs later
@@ -199,6 +208,7 @@ final class RdmaFetcher<K, V> extends Thread {
             return refused(host, service, reply, batch, left, viaHttp);
         }
         Map<Integer, Pending<K, V>> pending = new HashMap<>();
+        List<Request> requests = new ArrayList<>(asked.length);
         boolean room = true;
         int i = 0;
         try {
@@ -224,10 +234,12 @@ final class RdmaFetcher<K, V> extends Thread {
                     continue;
                 }
                 pending.put(asked[i].mapIndex(), new Pending<>(mapId, out, st, System.currentTimeMillis()));
-                fetcher().add(new Request(service, reply.table(), asked[i].mapIndex(), asked[i].attempt(),
+                // LOCATED: one READ of the bytes where the service said; PUBLISHED: slot, metadata, bytes
+                requests.add(new Request(service, reply.table(), asked[i].mapIndex(), asked[i].attempt(),
                         shuffle.reduce(), shuffle.reduce() + 1,
-                        new Expected(shuffle.numReduces(), st.partLength(), st.partLength())));
+                        new Expected(shuffle.numReduces(), st.partLength(), st.partLength()), st.location()));
             }
+            fetcher().addAll(requests); // every READ the budget and the pool allow leaves now, the rest as they land
             drain(host, pending, viaHttp);
         } catch (BufferPoolException e) {
             // This task's buffers ran out (not the host's fault): what is not fetched yet goes over HTTP — unless
@@ -252,6 +264,23 @@ final class RdmaFetcher<K, V> extends Thread {
             throw e;
         }
         return room;
+    }
+
+    /**
+     * Asks {@code host}'s service ({@code service}) to register {@code r}'s maps, in {@code r}'s version; a service
+     * older than that version (it refuses the version) is asked again in version 1 at once, and in version 1 from
+     * then on ({@link ReducerClient#registerVersion}).
+     */
+    static RegisterProtocol.Reply register(ReducerClient client, MapHost host, NodeAddress service,
+                                           RegisterProtocol.Request r) throws IOException, InterruptedException {
+        RegisterProtocol.Reply reply = RegisterProtocol.parseReply(client.call(service, RegisterProtocol.encode(r)),
+                r.maps().length, r.version());
+        if (r.version() > RegisterProtocol.VERSION && RegisterProtocol.versionRefused(reply)) {
+            client.speaksVersion1(host, service, reply.reason());
+            return register(client, host, service, new RegisterProtocol.Request(r.numMaps(), r.numReduces(),
+                    r.reduce(), r.maps(), RegisterProtocol.VERSION));
+        }
+        return reply;
     }
 
     /**

@@ -160,6 +160,25 @@ final class ReducerClient implements AutoCloseable {
         return node.failure() != null;
     }
 
+    /** NodeManagers whose service refused REGISTER version 2 (an older release): asked in version 1. */
+    private final java.util.Set<String> version1 = ConcurrentHashMap.newKeySet();
+
+    /** The REGISTER version to ask {@code host}'s service in: 2, or 1 once it refused 2. */
+    byte registerVersion(MapHost host) {
+        return version1.contains(host.getHostName()) ? RegisterProtocol.VERSION : RegisterProtocol.LOCATED_VERSION;
+    }
+
+    /**
+     * {@code host}'s service refused REGISTER version 2 ({@code why}): an older release, which is asked in version 1
+     * from now on (its outputs READ through its output table: slot, metadata, bytes). Said once per host (INFO).
+     */
+    void speaksVersion1(MapHost host, NodeAddress service, String why) {
+        if (version1.add(host.getHostName())) {
+            LOG.info("rdma-shuffle: the rdma-shuffle service at {} is of an older release ({}): its map outputs are"
+                    + " READ through its output table (three READs per map instead of one)", service, why);
+        }
+    }
+
     /** Why {@code host}'s outputs go over HTTP, or null while they are READ. */
     String httpReason(MapHost host) {
         return viaHttp.get(host.getHostName());

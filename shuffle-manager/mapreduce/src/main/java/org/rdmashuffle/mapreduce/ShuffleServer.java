@@ -80,6 +80,8 @@ final class ShuffleServer implements AutoCloseable {
     private final Object tableBudget = new Object();
     /** Bytes of every job's output table together at most ({@link MapReduceRdmaConf#MAX_TABLE_BYTES}). */
     private final long maxTableBytes;
+    /** A REGISTER reply's bytes at most (the node's {@code maxControlMessageSize}): locations past it are left out. */
+    private final int maxReplyBytes;
     /** Jobs whose output table was refused here (WARNed once each); forgotten when the job stops. */
     private final java.util.Set<Integer> tableRefused = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
@@ -164,6 +166,7 @@ final class ShuffleServer implements AutoCloseable {
         this.jobs = new ServedJobs();
         this.indexes = new IndexCache(MapReduceRdmaConf.indexCacheMaxBytes(conf));
         this.maxTableBytes = MapReduceRdmaConf.maxTableBytes(conf);
+        this.maxReplyBytes = rdma.maxControlMessageSizeBytes();
         NodeOptions options = new NodeOptions(bindHost, advertisedHost, ControlHandler.NONE, null)
                 .withSecrets(jobs::secretOf);
         this.registers = new RegisterWorkers(REGISTER_THREADS, REGISTER_QUEUE, REGISTER_QUEUE_PER_JOB,
@@ -330,7 +333,7 @@ final class ShuffleServer implements AutoCloseable {
             LOG.info("rdma-shuffle: {} of {} map outputs a reducer of job {} asked for are not on this NodeManager",
                     gone, states.length, realm);
         }
-        return RegisterProtocol.encodeOk(table.descriptor(), states);
+        return RegisterProtocol.encodeOk(table.descriptor(), states, r.version(), maxReplyBytes);
     }
 
     /**
@@ -398,8 +401,7 @@ final class ShuffleServer implements AutoCloseable {
             // else is read into memory or mapped.
             LocalDirs.OpenedFiles opened;
             try {
-                opened = LocalDirs.openPlainFiles(files.dir(), files.below(), rules(job), IndexCache.INDEX,
-                        IndexCache.DATA);
+                opened = files.open(rules(job));
             } catch (LocalDirs.NoSecureOpen e) {
                 if (warnedNoSecureOpen.compareAndSet(false, true)) {
                     LOG.warn("rdma-shuffle: map outputs are served over HTTP only: {}", e.getMessage());
@@ -447,11 +449,18 @@ final class ShuffleServer implements AutoCloseable {
                     m.attempt(), job.realm(), e.toString());
             return MapState.GONE;
         }
-        if (forgotIfStopped(job)) {
-            return STOPPED;
-        }
-        IndexRecord rec = spill.getIndex(r.reduce());
-        return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
+        return forgotIfStopped(job) ? STOPPED : answer(job, r, m, spill.getIndex(r.reduce()));
+    }
+
+    /**
+     * What a reducer finds of registered attempt {@code m}: its partition's lengths ({@code rec}) and, asked in version
+     * 2, where it lies while the table holds that attempt registered ({@link RegisterProtocol#LOCATED}; else
+     * {@link RegisterProtocol#PUBLISHED}: the reducer READs the table, which says what it holds).
+     */
+    private MapState answer(ServedJobs.Job job, RegisterProtocol.Request r, MapAttempt m, IndexRecord rec) {
+        return RegisterProtocol.answer(rec.startOffset, rec.rawLength, rec.partLength,
+                r.version() < RegisterProtocol.LOCATED_VERSION ? null
+                        : server.dataRegions(job.shuffleId, m.mapIndex(), m.attempt()));
     }
 
     /** How {@code job}'s output files are opened: owned by its user when security is on, within the bound. */
@@ -494,7 +503,7 @@ final class ShuffleServer implements AutoCloseable {
             return MapState.GONE;
         }
         fileSteps.indexRead(files.index(), files.data());
-        long[] offsets = offsets(spill, r.numReduces(), dataBytes);
+        long[] offsets = IndexCache.offsets(spill, r.numReduces(), dataBytes);
         if (offsets == null) {
             LOG.warn("rdma-shuffle: index {} ({} partitions) does not describe {} ({} bytes) of a job of {}"
                     + " reduces contiguously: that output goes over HTTP", files.index(), spill.size(), files.data(),
@@ -519,11 +528,7 @@ final class ShuffleServer implements AutoCloseable {
             }
         }
         indexes.put(key, spill);
-        if (forgotIfStopped(job)) {
-            return STOPPED;
-        }
-        IndexRecord rec = spill.getIndex(r.reduce());
-        return new MapState(RegisterProtocol.PUBLISHED, rec.rawLength, rec.partLength);
+        return forgotIfStopped(job) ? STOPPED : answer(job, r, m, spill.getIndex(r.reduce()));
     }
 
     /**
@@ -544,25 +549,6 @@ final class ShuffleServer implements AutoCloseable {
     /** The CRC32 after an index file's records. */
     static final int INDEX_CHECKSUM_BYTES = 8;
 
-
-    /** The partitions' offsets if {@code spill} lays them out back to back from 0 within the file, else null. */
-    static long[] offsets(SpillRecord spill, int partitions, long fileLength) {
-        if (spill.size() != partitions) {
-            return null;
-        }
-        long[] offsets = new long[partitions + 1];
-        long at = 0;
-        for (int p = 0; p < partitions; p++) {
-            IndexRecord rec = spill.getIndex(p);
-            if (rec.startOffset != at || rec.partLength < 0 || rec.rawLength < 0) {
-                return null;
-            }
-            offsets[p] = at;
-            at += rec.partLength;
-        }
-        offsets[partitions] = at;
-        return at <= fileLength ? offsets : null;
-    }
 
     /**
      * Stops taking REGISTERs (one from now on is answered busy; those still waiting for a worker are answered so

@@ -71,14 +71,98 @@ public final class BlockFetcher implements AutoCloseable {
      *     the peer's output table and metadata claim before any buffer is taken for them
      */
     public record Request(NodeAddress peer, RegionDescriptor table, int mapIndex, long mapId, int startPartition,
-                          int endPartition, Expected expected) {
+                          int endPartition, Expected expected, Located located) {
         /** Accept whichever attempt the serving executor published. */
         public static final long ANY_MAP_ID = -1;
+
+        /**
+         * @param located where the bytes lie when the peer said so beforehand (then the slot and metadata are not
+         *     READ: one data READ step), or null; only for a request of one partition
+         */
+        public Request {
+            if (located != null && endPartition != startPartition + 1) {
+                throw new IllegalArgumentException("a located request is of one partition, not [" + startPartition
+                        + ", " + endPartition + ")");
+            }
+        }
+
+        /** A request READing the peer's output table slot and metadata first. */
+        public Request(NodeAddress peer, RegionDescriptor table, int mapIndex, long mapId, int startPartition,
+                       int endPartition, Expected expected) {
+            this(peer, table, mapIndex, mapId, startPartition, endPartition, expected, null);
+        }
 
         /** A request with nothing known beforehand ({@link Expected#UNKNOWN}). */
         public Request(NodeAddress peer, RegionDescriptor table, int mapIndex, long mapId, int startPartition,
                        int endPartition) {
             this(peer, table, mapIndex, mapId, startPartition, endPartition, Expected.UNKNOWN);
+        }
+    }
+
+    /**
+     * Where a block's bytes lie in the peer's registered regions, as the peer said in a control reply (a MapReduce
+     * REGISTER): bytes {@code [offset, offset + length)} of {@code regions} laid end to end, every region but the
+     * last {@code regionBytes} long. Checked when made, so a lying reply is refused before any READ: no region
+     * beyond those the bytes need, none of another length, the bytes inside them. The peer's transport still checks
+     * every READ against its region (an rkey deregistered since fails with {@code UNKNOWN_KEY}).
+     *
+     * @param regions the regions holding the bytes, in order (none for an empty block)
+     * @param regionBytes the length of every region but the last
+     * @param offset where the bytes start in the first region
+     * @param length the block's bytes
+     */
+    public record Located(RegionDescriptor[] regions, long regionBytes, long offset, long length) {
+        public Located {
+            String wrong = wrong(regions, regionBytes, offset, length);
+            if (wrong != null) {
+                throw new IllegalArgumentException("a location that does not hold: " + wrong);
+            }
+            regions = regions.clone();
+        }
+
+        private static String wrong(RegionDescriptor[] regions, long regionBytes, long offset, long length) {
+            if (length < 0 || offset < 0) {
+                return "bytes [" + offset + ", +" + length + ")";
+            }
+            if (length == 0) {
+                return regions.length == 0 && offset == 0 ? null : "an empty block at " + offset + " in "
+                        + regions.length + " regions";
+            }
+            if (regions.length == 0 || regions.length > ShuffleOutputTable.MAX_REGIONS || regionBytes < 1
+                    || regionBytes > Integer.MAX_VALUE) {
+                return regions.length + " regions of " + regionBytes + " bytes";
+            }
+            long total = 0;
+            for (int r = 0; r < regions.length; r++) {
+                long len = regions[r].length();
+                if (r < regions.length - 1 ? len != regionBytes : len < 1 || len > regionBytes) {
+                    return "region " + r + " of " + regions.length + " is " + len + " bytes, regions are "
+                            + regionBytes;
+                }
+                total += len;
+            }
+            long last = regions[regions.length - 1].length();
+            if (offset >= regions[0].length() || offset + length > total || offset + length <= total - last) {
+                return "bytes [" + offset + ", " + (offset + length) + ") in " + regions.length + " regions of "
+                        + total + " bytes";
+            }
+            return null;
+        }
+
+        /** The regions (a copy). */
+        @Override
+        public RegionDescriptor[] regions() {
+            return regions.clone();
+        }
+
+        /** As the core's READ path sees it: metadata of these regions, for attempt {@code mapId}. */
+        ShuffleOutputTable.Metadata asMetadata(int numPartitions, long mapId) {
+            long total = 0;
+            for (RegionDescriptor d : regions) {
+                total += d.length();
+            }
+            return new ShuffleOutputTable.Metadata(numPartitions, regions.length == 0 ? Integer.MAX_VALUE
+                    : regionBytes, total, regions, mapId, null);
         }
     }
 
@@ -313,6 +397,21 @@ public final class BlockFetcher implements AutoCloseable {
         }
         outstanding++;
         steps.add(r);
+        steps.pump(false);
+    }
+
+    /**
+     * Queues every request of {@code rs}, then posts what the budget allows in one go (as {@link #add} for each,
+     * but READs of many requests leave together rather than one request at a time), never waiting for the pool.
+     */
+    public void addAll(java.util.Collection<Request> rs) {
+        if (buffers.closed()) {
+            throw new IllegalStateException("fetcher closed");
+        }
+        for (Request r : rs) {
+            outstanding++;
+            steps.add(r);
+        }
         steps.pump(false);
     }
 

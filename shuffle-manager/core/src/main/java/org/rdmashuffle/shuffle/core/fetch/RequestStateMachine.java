@@ -29,6 +29,9 @@ import org.rdmashuffle.transport.TransportException;
  */
 final class RequestStateMachine {
     private static final MapOutputLayout.PieceConsumer COUNT_ONLY = (region, offset, length) -> { };
+    /** Why a located block goes through the engine's path: its region's key is unknown at the peer now. */
+    static final String REGION_GONE = "its region at the peer is deregistered (another attempt of the map replaced "
+            + "it there, or it was withdrawn)";
 
     final FetchBuffers buffers;
     final FetchBudget budget;
@@ -194,6 +197,18 @@ final class RequestStateMachine {
      */
     private boolean start(FetchStep s) {
         Request r = s.request;
+        if (r.located() != null) { // the peer said where the bytes are: straight to the data
+            ShuffleOutputTable.Metadata m = r.located().asMetadata(r.expected().numPartitions(), r.mapId());
+            s.mapId = r.mapId();
+            s.firstOffset = r.located().offset();
+            s.endOffset = r.located().offset() + r.located().length();
+            Object done = toData(s, m);
+            if (done != null) {
+                ready.add(done);
+                return false;
+            }
+            return true;
+        }
         ShuffleOutputTable.Metadata m = metadataCache.get(r.peer(), r.table().rkey(), r.mapIndex(), r.mapId());
         if (m != null) {
             String outside = PeerClaims.partitionRange(r, m);
@@ -306,6 +321,11 @@ final class RequestStateMachine {
             case DATA -> {
                 if (status != ReadStatus.SUCCESS) {
                     buffers.giveBack(s);
+                    if (status == ReadStatus.UNKNOWN_KEY && s.request.located() != null) {
+                        // The region the peer named is deregistered: another attempt replaced the output there, or
+                        // it was withdrawn. Its bytes are not READ as anyone's: the engine's path serves the map.
+                        return new Block(buffers, s.request, null, 0, 0, REGION_GONE, null, null);
+                    }
                     return failure(s.request, "data READ failed: " + ReadStatus.describe(status), null);
                 }
                 // the block holds the buffer now; its bytes stay in the budget until it is closed

@@ -447,6 +447,16 @@ public final class MapOutputServer implements AutoCloseable {
         return error ? new IOException(chain.toString()) : cause;
     }
 
+    /**
+     * The data regions of {@code shuffleId}'s map index {@code mapIndex} while attempt {@code mapId} is published
+     * there registered, else null ({@link RegisteredOutputTable#dataRegions}); for a reply that tells a reader where
+     * the bytes are.
+     */
+    public RegionDescriptor[] dataRegions(int shuffleId, int mapIndex, long mapId) {
+        RegisteredOutputTable t = tables.get(shuffleId);
+        return t == null ? null : t.dataRegions(mapIndex, mapId);
+    }
+
     /** Bytes of map outputs registered here now. */
     public long registeredOutputBytes() {
         long sum = 0;

@@ -147,6 +147,29 @@ public final class RegisteredOutputTable implements AutoCloseable {
         }
     }
 
+    /**
+     * The data regions of map index {@code mapIndex} when attempt {@code mapId} is what the table holds there,
+     * registered; else null (another attempt, left to the engine's path, nothing, or the table withdrawn). Whoever
+     * is handed these descriptors READs that attempt's bytes or nothing: {@link #publish} and {@link #remove}
+     * deregister an output's regions before another attempt's slot is written, and a deregistered rkey is not
+     * given to another region (the transport's rule), so a READ with them fails with {@code UNKNOWN_KEY} once the
+     * attempt was replaced.
+     */
+    public synchronized RegionDescriptor[] dataRegions(int mapIndex, long mapId) {
+        checkIndex(mapIndex);
+        int at = mapIndex * SLOT_BYTES;
+        if (closed || withdrawn || outputs[mapIndex] == null || slots.getInt(at) != STATE_PUBLISHED
+                || slots.getLong(at + 8) != mapId) {
+            return null;
+        }
+        RegisteredMapOutput o = outputs[mapIndex];
+        RegionDescriptor[] regions = new RegionDescriptor[o.regionCount()];
+        for (int r = 0; r < regions.length; r++) {
+            regions[r] = o.region(r);
+        }
+        return regions;
+    }
+
     /** Bytes of map outputs this table holds registered. */
     public synchronized long registeredOutputBytes() {
         return registeredBytes;
