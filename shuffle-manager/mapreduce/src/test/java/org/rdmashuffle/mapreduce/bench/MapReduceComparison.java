@@ -45,7 +45,7 @@ public final class MapReduceComparison {
     }
 
     /** Means over a job's reducers: start to the end of the copy phase, and the final merge (copy end to sort end). */
-    private record Phases(double toShuffleEndMs, double finalMergeMs) {
+    record Phases(double toShuffleEndMs, double finalMergeMs) {
     }
 
     private MapReduceComparison() {
@@ -182,7 +182,7 @@ public final class MapReduceComparison {
     }
 
     /** Means over the job's reduce attempts, from the job's history file. */
-    private static Phases phases(Configuration conf, JobResult job) throws IOException, InterruptedException {
+    static Phases phases(Configuration conf, JobResult job) throws IOException, InterruptedException {
         Path done = new Path(JobHistoryUtils.getConfiguredHistoryIntermediateDoneDirPrefix(conf));
         FileSystem fs = done.getFileSystem(conf);
         String id = job.jobId().toString();
@@ -215,7 +215,7 @@ public final class MapReduceComparison {
     }
 
     /** Checksum of every row of every part file under {@code dir}, in order of every part file under {@code dir}. */
-    private static long checksum(Path dir) throws IOException {
+    static long checksum(Path dir) throws IOException {
         FileSystem fs = FileSystem.getLocal(new Configuration());
         byte[] row = new byte[TeraRows.ROW_BYTES];
         long sum = 0;
