@@ -3,6 +3,7 @@ package org.rdmashuffle.transport.verbs;
 import java.io.IOException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.ReadStatus;
 
 /**
@@ -240,9 +241,9 @@ final class ChannelRecovery {
             }
             ReadWindow window = ch.window;
             ReadQueue queue = ch.queue;
-            long progress = ch.lastProgressNanos;
-            // Counted from the later of its post and the channel's last progress: a long queue that moves is
-            // not a timeout.
+            // Counted from the latest of its post, the channel's last progress and the end of this JVM's last
+            // pause: a long queue that moves is not a timeout, nor is a reader that did not run.
+            long progress = Pauses.countFrom(ch.lastProgressNanos);
             if (window.anyOlderThan(now, progress, requestTimeoutNanos)) {
                 late = "a READ was outstanding";
             }

@@ -10,6 +10,7 @@ import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.shuffle.core.directory.MetadataCache;
 import org.rdmashuffle.shuffle.core.format.ShuffleOutputTable;
 import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RegionDescriptor;
 
@@ -461,12 +462,12 @@ public final class BlockFetcher implements AutoCloseable {
             throw new IllegalStateException("no block outstanding");
         }
         long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
-        long deadline = System.nanoTime() + timeoutNanos;
+        long since = System.nanoTime(); // the last landing; the wait counts from it or a later pause's end
         for (;;) {
             Object result = steps.ready().poll();
             FetchStep s;
             while (result == null && (s = buffers.pollLanded()) != null) {
-                deadline = System.nanoTime() + timeoutNanos;
+                since = System.nanoTime();
                 result = steps.takeUp(s);
             }
             if (result != null) {
@@ -488,17 +489,20 @@ public final class BlockFetcher implements AutoCloseable {
             if (!steps.ready().isEmpty() || buffers.hasLanded()) {
                 continue;
             }
-            long left = deadline - System.nanoTime();
+            long now = System.nanoTime();
+            long left = Pauses.countFrom(since) + timeoutNanos - now;
             if (left <= 0) {
                 throw timedOut();
             }
             s = buffers.pollLanded(left);
             if (s != null) {
-                deadline = System.nanoTime() + timeoutNanos;
+                since = System.nanoTime();
                 result = steps.takeUp(s);
                 if (result != null) {
                     steps.ready().addFirst(result);
                 }
+            } else {
+                Pauses.observed(now + left, System.nanoTime()); // woke late: this JVM did not run
             }
         }
     }

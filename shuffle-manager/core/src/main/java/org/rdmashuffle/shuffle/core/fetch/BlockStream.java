@@ -5,6 +5,7 @@ import java.util.Objects;
 import java.util.concurrent.TimeUnit;
 import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.shuffle.core.format.ShuffleOutputTable;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.ReadStatus;
 
 /**
@@ -196,15 +197,19 @@ final class BlockStream {
         long timeoutMs = steps.timeoutMs;
         long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
         long waitFrom = System.nanoTime();
-        long deadline = waitFrom + timeoutNanos;
+        long since = waitFrom; // this stream's last landing; the wait counts from it or a later pause's end
         while (!w.windowReady && failed == null) {
-            long left = deadline - System.nanoTime();
+            long now = System.nanoTime();
+            long left = Pauses.countFrom(since) + timeoutNanos - now;
             FetchStep l;
             try {
                 l = left <= 0 ? null : buffers.pollLanded(left);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 throw new IllegalStateException("interrupted while fetching a shuffle block", e);
+            }
+            if (l == null && left > 0 && Pauses.observed(now + left, System.nanoTime())) {
+                continue; // woke late: this JVM did not run, and the wait counts from now
             }
             if (l == null) {
                 fail(RequestStateMachine.failure(request, FetchFailure.Kind.TIMEOUT, "no block arrived within "
@@ -213,7 +218,7 @@ final class BlockStream {
                 break;
             }
             if (l.stream == this) {
-                deadline = System.nanoTime() + timeoutNanos; // only this stream's own windows say its peer answers
+                since = System.nanoTime(); // only this stream's own windows say its peer answers
             }
             steps.takeUpLanded(l);
         }
