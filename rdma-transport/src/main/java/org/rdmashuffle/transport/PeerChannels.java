@@ -83,7 +83,7 @@ public final class PeerChannels<C extends RdmaChannel> {
     private static void awaitOther(NodeAddress peer, CompletableFuture<?> other, long waitMs)
             throws TransportException {
         try {
-            other.get(waitMs, TimeUnit.MILLISECONDS);
+            Pauses.get(other, waitMs); // this JVM's pauses not counted
         } catch (ExecutionException e) {
             if (e.getCause() instanceof TransportException te) {
                 throw te;

@@ -1,9 +1,7 @@
 package org.rdmashuffle.transport;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -11,43 +9,58 @@ import java.util.concurrent.TimeoutException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-/** A pause of this JVM moves where timeouts count from; a thread that is merely a little late does not. */
+/**
+ * A timeout counts running time only: what a pause of this JVM took after the timeout began is added to it, no
+ * more, and a stretch two threads saw counts once. The arithmetic runs on a record of its own ({@link Pauses.Kept});
+ * the JVM's record gets only pauses ending now, which can only lengthen other tests' timeouts a little.
+ */
 class PausesTest {
+    private static final long MS = TimeUnit.MILLISECONDS.toNanos(1);
 
     @Test
-    void shouldCountFromTheEndOfAPauseOnlyWhenAThreadWokeAtLeastThePauseMinimumLate() {
-        long start = System.nanoTime();
-        long now = start + TimeUnit.SECONDS.toNanos(1);
-        assertFalse(Pauses.observed(now - Pauses.MIN_PAUSE_NANOS + 1, now), "a thread 1 ns short of a pause");
-        assertEquals(start, Pauses.countFrom(start));
-        assertTrue(Pauses.observed(now - Pauses.MIN_PAUSE_NANOS, now));
-        assertEquals(now, Pauses.countFrom(start), "a timeout started before the pause counts from its end");
-        long later = now + 1;
-        assertEquals(later, Pauses.countFrom(later), "one started after it counts from its own start");
-        assertTrue(Pauses.observed(start, now - 5), "an older sight of a pause");
-        assertEquals(now, Pauses.countFrom(start), "never moves the recorded end back");
+    void shouldAddOnlyThePartOfAPauseAfterTheTimeoutBeganWhenItsPausesAreAsked() {
+        Pauses.Kept kept = new Pauses.Kept();
+        long now = System.nanoTime();
+        assertEquals(0, kept.since(now - 1_000 * MS), "nothing recorded");
+        kept.add(now - 300 * MS, now - 200 * MS);
+        kept.add(now - 100 * MS, now);
+        assertEquals(200 * MS, kept.since(now - 400 * MS), "both pauses after it");
+        assertEquals(150 * MS, kept.since(now - 250 * MS), "half of the first, all of the second");
+        assertEquals(50 * MS, kept.since(now - 50 * MS), "the end of the second");
+        assertEquals(0, kept.since(now), "none after now");
     }
 
     @Test
-    void shouldRoundLateOnlyWhenTheThreadDidNotRunForAPause() throws Exception {
-        Pauses.Rounds rounds = new Pauses.Rounds(TimeUnit.MILLISECONDS.toNanos(10));
-        long first = rounds.next();
-        assertTrue(Pauses.countFrom(first) == first, "a round on time records no pause");
-        Thread.sleep(TimeUnit.NANOSECONDS.toMillis(Pauses.MIN_PAUSE_NANOS) + 100);
-        long late = rounds.next();
-        assertEquals(late, Pauses.countFrom(first), "a round a pause late records one ending then");
+    void shouldCountAStretchOnceWhenTwoThreadsRecordTheSamePause() {
+        Pauses.Kept kept = new Pauses.Kept();
+        long now = System.nanoTime();
+        assertEquals(590 * MS, kept.add(now - 600 * MS, now - 10 * MS));
+        assertEquals(5 * MS, kept.add(now - 620 * MS, now - 5 * MS), "another thread's sight of it: 5 ms are new");
+        assertEquals(0, kept.add(now - 300 * MS, now - 20 * MS), "inside it: nothing new");
+        assertEquals(595 * MS, kept.since(now - 1_000 * MS));
+    }
+
+    @Test
+    void shouldKeepTheLatestPausesWhenMoreThanItKeepsAreRecorded() {
+        Pauses.Kept kept = new Pauses.Kept();
+        long now = System.nanoTime();
+        for (int i = Pauses.KEPT + 4; i > 0; i--) {
+            kept.add(now - (2 * i) * MS, now - (2 * i - 1) * MS);
+        }
+        assertEquals(Pauses.KEPT * MS, kept.since(now - 10_000 * MS),
+                "the latest pauses of 1 ms each are kept; a wait older than the oldest kept counts fewer");
     }
 
     @Test
     @Timeout(30)
-    void shouldWaitForAFutureAFullTimeoutAfterAPauseThatEndedDuringTheWait() throws Exception {
+    void shouldWaitForAFutureAFullTimeoutOfRunningTimeWhenThisJvmPausedMeanwhile() throws Exception {
         CompletableFuture<String> slow = new CompletableFuture<>();
         Thread answer = new Thread(() -> {
             try {
-                Thread.sleep(1_000);
+                Thread.sleep(2_500);
                 long end = System.nanoTime();
-                Pauses.observed(end - Pauses.MIN_PAUSE_NANOS, end); // as a late thread sees one
-                Thread.sleep(2_500); // past the 3 s from the wait's start, within 3 s of the pause's end
+                Pauses.record(end - TimeUnit.SECONDS.toNanos(2), end); // after the wait began
+                Thread.sleep(1_000); // past the wait's 3 s, within 3 s of running time (5 s)
                 slow.complete("answer");
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();

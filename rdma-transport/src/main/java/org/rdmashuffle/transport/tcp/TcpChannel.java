@@ -365,13 +365,16 @@ final class TcpChannel implements RdmaChannel {
 
     /**
      * Fails the channel if its oldest request got no reply within the request timeout, counted from
-     * its post, the last reply or the end of this JVM's last pause, whichever is latest (a long queue that
-     * moves is not a timeout, nor is a reader that did not run: {@link Pauses}).
+     * its post or the last reply, whichever is later, this JVM's pauses not counted (a long queue that moves
+     * is not a timeout, nor is a reader that did not run: {@link Pauses}).
      */
     private void checkTimeout(long now) {
         long h = ring.head;
-        if (h < ring.tail
-                && now - Pauses.countFrom(Math.max(ring.postNanos[ring.slot(h)], lastReplyNanos)) > timeoutNanos) {
+        if (h >= ring.tail) {
+            return;
+        }
+        long from = Math.max(ring.postNanos[ring.slot(h)], lastReplyNanos);
+        if (now - from > timeoutNanos && now - from - Pauses.pausedSince(from) > timeoutNanos) {
             fail(ReadStatus.TIMEOUT, "no reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
                     + " ms (" + node.keys.requestTimeout + ")");
         }

@@ -241,15 +241,16 @@ final class ChannelRecovery {
             }
             ReadWindow window = ch.window;
             ReadQueue queue = ch.queue;
-            // Counted from the latest of its post, the channel's last progress and the end of this JVM's last
-            // pause: a long queue that moves is not a timeout, nor is a reader that did not run.
-            long progress = Pauses.countFrom(ch.lastProgressNanos);
+            long progress = ch.lastProgressNanos;
+            // Counted from the later of its post and the channel's last progress, this JVM's pauses not counted:
+            // a long queue that moves is not a timeout, nor is a reader that did not run (Pauses).
             if (window.anyOlderThan(now, progress, requestTimeoutNanos)) {
                 late = "a READ was outstanding";
             }
             int oldest = window.oldestBusy();
-            if (late == null && !queue.isEmpty()
-                    && now - Math.max(queue.table().postNanos(queue.head()), progress) > requestTimeoutNanos) {
+            long queued = queue.isEmpty() ? now : Math.max(queue.table().postNanos(queue.head()), progress);
+            if (late == null && now - queued > requestTimeoutNanos
+                    && now - queued - Pauses.pausedSince(queued) > requestTimeoutNanos) {
                 late = "a READ waited to be posted";
             }
             if (late == null && ch.state == VerbsChannel.OPEN && oldest >= 0 && !stallCheckRunning

@@ -21,7 +21,6 @@ import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.NodeStats;
-import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.PeerChannels;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
@@ -68,8 +67,6 @@ public final class VerbsNode implements RdmaNode {
     private final VerbsControl control;
     private final NodeAddress address;
     private final ScheduledExecutorService timer;
-    /** The timer's rounds: a late one saw a pause of this JVM ({@link Pauses}), which no timeout counts. */
-    private final Pauses.Rounds rounds;
     private final ExecutorService worker;
     private final VerbsMemory memory;
     private final PeerChannels<VerbsChannel> channels = new PeerChannels<>(this::ensureOpen, VerbsChannel::close);
@@ -143,7 +140,6 @@ public final class VerbsNode implements RdmaNode {
         this.address = new NodeAddress(options.advertisedHost(), port, PROVIDER);
         long tick = Math.max(10, Math.min(Math.min(Math.min(1000, conf.requestTimeoutMs() / 4),
                 conf.verbsStallCheckMs() / 2), conf.idleTimeoutMs() / 6));
-        this.rounds = new Pauses.Rounds(TimeUnit.MILLISECONDS.toNanos(tick));
         timer.scheduleWithFixedDelay(this::checkTimeouts, tick, tick, TimeUnit.MILLISECONDS);
         LOG.info("verbs node listening on {} ({} through {}, rdma_cm port {}, at most {} READs in flight per channel, "
                 + "completion queue {}, retry_count {}, rnr_retry_count {})", address, device, api, rdmaPort, credits,
@@ -449,7 +445,7 @@ public final class VerbsNode implements RdmaNode {
 
     private void checkTimeouts() {
         verbs.checkPorts(); // before any channel times out: a local link failure is this node's, not a peer's
-        long now = rounds.next(); // a late round: completions of the pause are the poller's to take up first
+        long now = System.nanoTime();
         long idleNanos = TimeUnit.MILLISECONDS.toNanos(conf.idleTimeoutMs());
         for (VerbsChannel c : channels.all()) {
             try {

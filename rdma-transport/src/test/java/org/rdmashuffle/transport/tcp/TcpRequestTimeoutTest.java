@@ -24,6 +24,7 @@ import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.ReadBatch;
+import org.rdmashuffle.transport.ReadListener;
 import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.RegionAccess;
 
@@ -63,12 +64,12 @@ class TcpRequestTimeoutTest {
     }
 
     /**
-     * Reads posted before a pause of this JVM (a collection, a stopped process) do not time out for the time it
-     * lasted: their timeout counts from its end, so a reader that did not run blames no peer for its own silence.
+     * A READ posted before a pause of this JVM (a collection, a stopped process) is not timed out for the time the
+     * pause took: its timeout counts running time, so a reader that did not run blames no peer for its own silence.
      */
     @Test
     @Timeout(30)
-    void shouldCountTheRequestTimeoutFromTheEndOfAPauseOfThisJvm() throws Exception {
+    void shouldAddAPauseOfThisJvmToARequestTimeoutWhenThePeerIsSilent() throws Exception {
         try (ServerSocket silent = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
             startSilentPeer(silent);
             RdmaShuffleConf conf = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
@@ -81,19 +82,66 @@ class TcpRequestTimeoutTest {
                 AtomicInteger status = new AtomicInteger(-1);
                 ReadBatch b = new ReadBatch(1);
                 b.add(1L << 32, 1234, 100, sink, 0, 0);
+                long posted = System.nanoTime();
                 ch.post(b, (id, st, len) -> {
                     completedAt.set(System.nanoTime());
                     status.set(st);
                     done.countDown();
                 });
-                Thread.sleep(1_000);
-                long pauseEnd = System.nanoTime();
-                assertTrue(Pauses.observed(pauseEnd - Pauses.MIN_PAUSE_NANOS, pauseEnd)); // as a late thread sees one
+                Thread.sleep(2_000);
+                long end = System.nanoTime();
+                Pauses.record(end - TimeUnit.MILLISECONDS.toNanos(1_500), end); // as the watcher records one
                 assertTrue(done.await(20, TimeUnit.SECONDS), "READ hung");
                 assertEquals(ReadStatus.TIMEOUT, status.get());
-                long afterPause = TimeUnit.NANOSECONDS.toMillis(completedAt.get() - pauseEnd);
-                assertTrue(afterPause >= 2_900, "timed out " + afterPause + " ms after the pause ended, not a full "
-                        + "request timeout (3 s) after it");
+                long waited = TimeUnit.NANOSECONDS.toMillis(completedAt.get() - posted);
+                assertTrue(waited >= 4_300, "timed out " + waited + " ms after its post: its 3 s timeout and the "
+                        + "1.5 s pause are 4.5 s");
+            }
+        }
+    }
+
+    /**
+     * Completion work of another channel that holds the requester thread 600 ms at a time is no pause: the silent
+     * peer's READ still times out after its 2 s (its threads ran; only a JVM that did not run is a pause).
+     */
+    @Test
+    @Timeout(30)
+    void shouldTimeOutASilentPeerWhenTheRequesterThreadIsBusyWithAnotherPeersCompletions() throws Exception {
+        try (ServerSocket silent = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            startSilentPeer(silent);
+            RdmaShuffleConf conf = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+                    "spark.shuffle.rdma.requestTimeout", "2s"));
+            try (TcpNode server = new TcpNode(conf, NodeOptions.loopback());
+                 TcpNode client = new TcpNode(conf, NodeOptions.loopback())) {
+                MemoryRegion src = server.register(ByteBuffer.allocateDirect(4096), RegionAccess.REMOTE_READ);
+                MemoryRegion sink = client.register(ByteBuffer.allocateDirect(4096), RegionAccess.READ_SINK);
+                RdmaChannel dead = client.connect(new NodeAddress("127.0.0.1", silent.getLocalPort(), "tcp"));
+                RdmaChannel healthy = client.connect(server.localAddress());
+                CountDownLatch done = new CountDownLatch(1);
+                AtomicInteger status = new AtomicInteger(-1);
+                ReadBatch b = new ReadBatch(1);
+                b.add(1L << 32, 1234, 100, sink, 0, 0);
+                long posted = System.nanoTime();
+                dead.post(b, (id, st, len) -> {
+                    status.set(st);
+                    done.countDown();
+                });
+                ReadListener busy = (id, st, len) -> { // on the requester thread
+                    long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(600);
+                    while (System.nanoTime() - until < 0) {
+                        Thread.onSpinWait();
+                    }
+                };
+                long giveUp = posted + TimeUnit.SECONDS.toNanos(10);
+                while (done.getCount() > 0 && System.nanoTime() - giveUp < 0) {
+                    ReadBatch h = new ReadBatch(1);
+                    h.add(src.descriptor().address(), src.descriptor().rkey(), 100, sink, 200, 1);
+                    healthy.post(h, busy);
+                    done.await(700, TimeUnit.MILLISECONDS);
+                }
+                assertEquals(0, done.getCount(), "the silent peer's READ (requestTimeout 2 s) had not timed out "
+                        + "after 10 s of busy completions");
+                assertEquals(ReadStatus.TIMEOUT, status.get());
             }
         }
     }

@@ -462,7 +462,7 @@ public final class BlockFetcher implements AutoCloseable {
             throw new IllegalStateException("no block outstanding");
         }
         long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
-        long since = System.nanoTime(); // the last landing; the wait counts from it or a later pause's end
+        long since = System.nanoTime(); // the last landing; the wait counts running time from it (Pauses)
         for (;;) {
             Object result = steps.ready().poll();
             FetchStep s;
@@ -489,8 +489,7 @@ public final class BlockFetcher implements AutoCloseable {
             if (!steps.ready().isEmpty() || buffers.hasLanded()) {
                 continue;
             }
-            long now = System.nanoTime();
-            long left = Pauses.countFrom(since) + timeoutNanos - now;
+            long left = since + timeoutNanos + Pauses.pausedSince(since) - System.nanoTime();
             if (left <= 0) {
                 throw timedOut();
             }
@@ -501,8 +500,6 @@ public final class BlockFetcher implements AutoCloseable {
                 if (result != null) {
                     steps.ready().addFirst(result);
                 }
-            } else {
-                Pauses.observed(now + left, System.nanoTime()); // woke late: this JVM did not run
             }
         }
     }

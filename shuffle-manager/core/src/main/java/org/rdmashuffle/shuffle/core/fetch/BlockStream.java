@@ -197,10 +197,9 @@ final class BlockStream {
         long timeoutMs = steps.timeoutMs;
         long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
         long waitFrom = System.nanoTime();
-        long since = waitFrom; // this stream's last landing; the wait counts from it or a later pause's end
+        long since = waitFrom; // this stream's last landing; the wait counts running time from it (Pauses)
         while (!w.windowReady && failed == null) {
-            long now = System.nanoTime();
-            long left = Pauses.countFrom(since) + timeoutNanos - now;
+            long left = since + timeoutNanos + Pauses.pausedSince(since) - System.nanoTime();
             FetchStep l;
             try {
                 l = left <= 0 ? null : buffers.pollLanded(left);
@@ -208,8 +207,8 @@ final class BlockStream {
                 Thread.currentThread().interrupt();
                 throw new IllegalStateException("interrupted while fetching a shuffle block", e);
             }
-            if (l == null && left > 0 && Pauses.observed(now + left, System.nanoTime())) {
-                continue; // woke late: this JVM did not run, and the wait counts from now
+            if (l == null && left > 0) {
+                continue; // time left again, counting a pause of this JVM meanwhile out of it
             }
             if (l == null) {
                 fail(RequestStateMachine.failure(request, FetchFailure.Kind.TIMEOUT, "no block arrived within "
