@@ -5,104 +5,193 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
-import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Pauses of this JVM: stretches in which none of its threads ran — a stop-the-world collection, a stopped process
+ * Pauses of this JVM: stretches in which it did not run — a stop-the-world collection, a stopped process
  * (SIGSTOP, a debugger), a frozen or migrating virtual machine. A peer cannot be heard by a reader that is not
  * running: replies wait in its socket or completion queue, a request posted just before waits unsent. So a request
- * timeout counts running time only ({@link #pausedSince}): the time of a pause is added to it, and a reader that
- * was paused never blames a healthy peer for its own silence. Only pauses are added, measured: a peer that stays
- * silent while this JVM runs is timed out as before, however busy the reader's threads are.
+ * timeout counts running time ({@link #pausedSince}): what a pause took after the timeout began is added to it, and
+ * a reader that was paused does not blame a healthy peer for its own silence. Only pauses are added, measured: a
+ * peer that stays silent while this JVM runs is timed out as before, however busy the reader's threads are.
  *
- * <p>A pause is found by looking ({@link #look}) how long ago this JVM last looked: a watcher thread that does
- * nothing else looks every {@link #WATCH_PERIOD_NANOS}, and so does every timeout check before it decides; no look
- * for {@code WATCH_PERIOD_NANOS +} {@link #MIN_PAUSE_NANOS} means no thread of this JVM ran meanwhile (the watcher
- * would have). Whichever thread looks first after a pause records it, so a timeout check never decides on a pause
- * not yet recorded. The record is the JVM's (a pause stops every thread of it), hence static: the last
- * {@link #KEPT} pauses ({@link Kept}). Lock-free and allocation-free but for recording a pause (a log line, a
- * new snapshot).
+ * <p>A pause is found by the silence of a watcher thread that does nothing else: it looks every
+ * {@link #WATCH_PERIOD_NANOS}, and when it last looked {@code WATCH_PERIOD_NANOS +} {@link #MIN_PAUSE_NANOS} ago or
+ * more, it did not run meanwhile — nor, but for a host too starved to run it, did anything else of this JVM. Every
+ * timeout check looks too before it decides ({@link #pausedSince}), and whichever thread looks first after the
+ * silence records the pause before anyone can see that a look happened: no check decides on a pause not yet recorded.
+ * A pause is found 0–200 ms short (the watcher may have been about to look when it began); one shorter than about
+ * 700 ms may not be found, and counts as any delay does.
+ *
+ * <p>The watcher runs while a node of this JVM is open ({@link #watch()}, one lease per node; it starts on that
+ * node's thread, with no context class loader and no inherited thread locals). Without it nothing is found, and
+ * timeouts count all time. The record is the JVM's (a pause stops every thread of it), hence static: the last
+ * {@link #KEPT} pauses ({@link Kept}); the watcher writes the log line of each. A check allocates nothing.
  */
 public final class Pauses {
     private static final Logger LOG = LoggerFactory.getLogger(Pauses.class);
 
-    /** The shortest stretch without a look that is taken for a pause (beyond the watcher's period). */
+    /** The shortest silence of the watcher, beyond its period, that is taken for a pause. */
     public static final long MIN_PAUSE_NANOS = TimeUnit.MILLISECONDS.toNanos(500);
-    /** How often the watcher thread looks. */
+    /** How often the watcher looks. */
     static final long WATCH_PERIOD_NANOS = TimeUnit.MILLISECONDS.toNanos(200);
-    /** Looks closer together than this change nothing (no write for every timeout check). */
+    /** Looks closer together than this change nothing (no lock for every timeout check). */
     private static final long LOOK_GRAIN_NANOS = TimeUnit.MILLISECONDS.toNanos(10);
-    /** How many pauses are kept: a wait that began before the oldest of them counts those before it (conservative). */
-    static final int KEPT = 16;
+    /** How many pauses are kept: a wait that began before the oldest of them counts only those. */
+    static final int KEPT = 64;
 
-    /** When a thread of this JVM last looked. */
-    private static final AtomicLong LAST_LOOK = new AtomicLong(System.nanoTime());
+    private static final Object LOCK = new Object();
     /** This JVM's pauses. */
     private static final Kept JVM = new Kept();
-
-    static {
-        Thread watcher = new Thread(null, Pauses::watch, "rdma-shuffle-pause-watch", 0, false);
-        watcher.setDaemon(true);
-        watcher.start();
-    }
+    /** When a thread last looked while the watcher ran; written under {@link #LOCK}, after any pause it found. */
+    private static volatile long lastLook;
+    /** Whether the watcher runs (a look then can find a pause); written under {@link #LOCK}. */
+    private static volatile boolean watching;
+    /** The open leases, and the watcher thread; under {@link #LOCK}. */
+    private static int leases;
+    private static Thread watcher;
 
     private Pauses() {
     }
 
-    private static void watch() {
+    /** A lease on the watcher ({@link #watch()}); closing it twice is closing it once. */
+    public interface Lease extends AutoCloseable {
+        @Override
+        void close();
+    }
+
+    /**
+     * A lease on the watcher: it runs while one is open (a node holds one from open to close). The first starts it;
+     * when it cannot start (no thread to be had), one WARN says so and timeouts count all time, as before.
+     */
+    public static Lease watch() {
+        synchronized (LOCK) {
+            if (leases++ == 0) {
+                lastLook = System.nanoTime(); // the time before was not watched: no pause in it
+                Thread t = new Thread(null, Pauses::watchLoop, "rdma-shuffle-pause-watch", 0, false);
+                t.setDaemon(true);
+                t.setContextClassLoader(null);
+                try {
+                    t.start();
+                    watcher = t;
+                    watching = true;
+                } catch (Throwable e) { // OutOfMemoryError: unable to create native thread
+                    LOG.warn("cannot start the pause watcher ({}): request timeouts count this JVM's pauses too", e);
+                }
+            }
+        }
+        boolean[] closed = new boolean[1];
+        return () -> {
+            synchronized (LOCK) {
+                if (closed[0]) {
+                    return;
+                }
+                closed[0] = true;
+                if (--leases == 0) {
+                    watching = false;
+                    if (watcher != null) {
+                        LockSupport.unpark(watcher);
+                        watcher = null;
+                    }
+                }
+            }
+        };
+    }
+
+    private static void watchLoop() {
+        Thread self = Thread.currentThread();
+        int logged = JVM.count();
         for (;;) {
-            LockSupport.parkNanos(WATCH_PERIOD_NANOS);
-            look();
+            synchronized (LOCK) {
+                if (watcher != self) {
+                    return;
+                }
+            }
+            try {
+                LockSupport.parkNanos(WATCH_PERIOD_NANOS);
+                Thread.interrupted(); // an interrupt must not turn the park into a spin
+                look();
+                for (int n = JVM.count(); logged < n; logged++) {
+                    LOG.warn("this JVM did not run for about {} ms (a garbage collection, a stopped process or a "
+                            + "frozen host): request timeouts do not count it, so no peer is blamed for it",
+                            TimeUnit.NANOSECONDS.toMillis(JVM.length(logged)));
+                }
+            } catch (Throwable e) { // the watcher goes on: without it every timeout counts pauses again
+                LOG.debug("pause watcher round failed", e);
+            }
         }
     }
 
-    /** Looks now: when no thread looked for a pause's length, this JVM was paused until now, and it is recorded. */
+    /** Looks now: when the watcher was silent for a pause's length, this JVM was paused until now, recorded so. */
     static void look() {
-        long now = System.nanoTime();
-        for (;;) {
-            long last = LAST_LOOK.get();
-            if (now - last < LOOK_GRAIN_NANOS) {
+        if (!watching || System.nanoTime() - lastLook < LOOK_GRAIN_NANOS) {
+            return;
+        }
+        synchronized (LOCK) {
+            long now = System.nanoTime();
+            long last = lastLook;
+            if (!watching || now - last < LOOK_GRAIN_NANOS) {
                 return;
             }
-            if (LAST_LOOK.compareAndSet(last, now)) {
-                long silent = now - last - WATCH_PERIOD_NANOS; // the watcher may have been about to look
-                if (silent >= MIN_PAUSE_NANOS) {
-                    record(now - silent, now);
-                }
-                return;
+            long silent = now - last - WATCH_PERIOD_NANOS; // the watcher may have been about to look
+            if (silent >= MIN_PAUSE_NANOS) {
+                JVM.add(now - silent, now);
             }
+            lastLook = now; // after the pause is kept: whoever sees this look sees the pause
         }
     }
 
     /**
-     * Records that this JVM did not run from {@code fromNanos} to {@code toNanos} (a pause seen, or a test's), merged
-     * with one recorded already that it overlaps: no stretch is counted twice.
+     * Records that this JVM did not run from {@code fromNanos} to {@code toNanos} (at most now): for a thread that
+     * knows it did not run, and for tests. Merged with a pause recorded already that it overlaps.
      */
     public static void record(long fromNanos, long toNanos) {
-        long added = JVM.add(fromNanos, toNanos);
-        if (added > 0) {
-            LOG.warn("this JVM did not run for about {} ms (a garbage collection, a stopped process or a frozen "
-                    + "host): request timeouts do not count it, so no peer is blamed for it",
-                    TimeUnit.NANOSECONDS.toMillis(added));
+        synchronized (LOCK) {
+            long now = System.nanoTime();
+            JVM.add(fromNanos, toNanos - now > 0 ? now : toNanos);
         }
     }
 
     /**
      * How long this JVM was paused since {@code sinceNanos} ({@link System#nanoTime}), looking first: what a timeout
-     * started then adds to its length. 0 when no pause is recorded since.
+     * started then adds to its length. 0 when no pause is recorded since. Read the clock before calling it.
      */
     public static long pausedSince(long sinceNanos) {
         look();
         return JVM.since(sinceNanos);
     }
 
-    /** The last {@link #KEPT} pauses of a JVM. Thread-safe; reading allocates nothing. */
+    /**
+     * {@code future}'s value, waiting at most {@code timeoutMs} of this JVM's running time (its pauses meanwhile
+     * not counted).
+     *
+     * @throws TimeoutException when nothing came within {@code timeoutMs} of running time
+     */
+    public static <T> T get(CompletableFuture<T> future, long timeoutMs)
+            throws InterruptedException, ExecutionException, TimeoutException {
+        long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+        long from = System.nanoTime();
+        for (;;) {
+            long now = System.nanoTime();
+            long left = from + timeoutNanos + pausedSince(from) - now;
+            if (left <= 0 && !future.isDone()) {
+                throw new TimeoutException("nothing within " + timeoutMs + " ms of running time");
+            }
+            try {
+                return future.get(Math.max(0, left), TimeUnit.NANOSECONDS);
+            } catch (TimeoutException e) {
+                // time left again once a pause meanwhile is counted out of it; else the next round throws
+            }
+        }
+    }
+
+    /** The last {@link #KEPT} pauses of a JVM, and how many were ever added. Thread-safe; reading allocates nothing. */
     static final class Kept {
         /** Oldest first: start, end, start, end, ... (an immutable snapshot). */
         private volatile long[] kept = new long[0];
+        private volatile int count;
 
         /**
          * Adds the pause from {@code fromNanos} to {@code toNanos}, less what a recorded one covers already.
@@ -112,11 +201,8 @@ public final class Pauses {
         synchronized long add(long fromNanos, long toNanos) {
             long[] r = kept;
             long start = fromNanos;
-            if (r.length > 0) {
-                long lastEnd = r[r.length - 1];
-                if (start - lastEnd < 0) {
-                    start = lastEnd;
-                }
+            if (r.length > 0 && start - r[r.length - 1] < 0) {
+                start = r[r.length - 1];
             }
             if (toNanos - start <= 0) {
                 return 0;
@@ -126,6 +212,7 @@ public final class Pauses {
             next[keep] = start;
             next[keep + 1] = toNanos;
             kept = next;
+            count++;
             return toNanos - start;
         }
 
@@ -143,27 +230,17 @@ public final class Pauses {
             }
             return paused;
         }
-    }
 
-    /**
-     * {@code future}'s value, waiting at most {@code timeoutMs} of this JVM's running time (its pauses meanwhile
-     * not counted).
-     *
-     * @throws TimeoutException when nothing came within {@code timeoutMs} of running time
-     */
-    public static <T> T get(CompletableFuture<T> future, long timeoutMs)
-            throws InterruptedException, ExecutionException, TimeoutException {
-        long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
-        long from = System.nanoTime();
-        for (;;) {
-            long left = from + timeoutNanos + pausedSince(from) - System.nanoTime();
-            try {
-                return future.get(Math.max(0, left), TimeUnit.NANOSECONDS);
-            } catch (TimeoutException e) {
-                if (from + timeoutNanos + pausedSince(from) - System.nanoTime() <= 0) {
-                    throw e;
-                }
-            }
+        /** How many pauses were ever added. */
+        int count() {
+            return count;
+        }
+
+        /** How long pause number {@code n} (counted from 0) is, or 0 when it is no longer kept. */
+        synchronized long length(int n) {
+            int back = count - 1 - n; // 0: the last one
+            int at = kept.length - 2 - 2 * back;
+            return back < 0 || at < 0 ? 0 : kept[at + 1] - kept[at];
         }
     }
 }

@@ -1,7 +1,9 @@
 package org.rdmashuffle.transport;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -38,6 +40,9 @@ class PausesTest {
         assertEquals(5 * MS, kept.add(now - 620 * MS, now - 5 * MS), "another thread's sight of it: 5 ms are new");
         assertEquals(0, kept.add(now - 300 * MS, now - 20 * MS), "inside it: nothing new");
         assertEquals(595 * MS, kept.since(now - 1_000 * MS));
+        assertEquals(2, kept.count());
+        assertEquals(590 * MS, kept.length(0), "the first, as its log line says");
+        assertEquals(5 * MS, kept.length(1));
     }
 
     @Test
@@ -53,14 +58,36 @@ class PausesTest {
 
     @Test
     @Timeout(30)
+    void shouldRunTheWatcherWhileANodeHoldsALeaseAndStopItWhenTheLastCloses() throws Exception {
+        Pauses.Lease first = Pauses.watch();
+        Pauses.Lease second = Pauses.watch();
+        assertTrue(watcherRunning(), "no watcher thread while leases are open");
+        first.close();
+        first.close(); // twice is once
+        assertTrue(watcherRunning(), "the watcher stopped while a lease is still open");
+        second.close();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (watcherRunning() && System.nanoTime() - deadline < 0) {
+            Thread.sleep(10);
+        }
+        assertFalse(watcherRunning(), "the watcher runs on with every lease closed");
+    }
+
+    private static boolean watcherRunning() {
+        return Thread.getAllStackTraces().keySet().stream()
+                .anyMatch(t -> t.isAlive() && t.getName().equals("rdma-shuffle-pause-watch"));
+    }
+
+    @Test
+    @Timeout(30)
     void shouldWaitForAFutureAFullTimeoutOfRunningTimeWhenThisJvmPausedMeanwhile() throws Exception {
         CompletableFuture<String> slow = new CompletableFuture<>();
         Thread answer = new Thread(() -> {
             try {
-                Thread.sleep(2_500);
+                Thread.sleep(1_200);
                 long end = System.nanoTime();
-                Pauses.record(end - TimeUnit.SECONDS.toNanos(2), end); // after the wait began
-                Thread.sleep(1_000); // past the wait's 3 s, within 3 s of running time (5 s)
+                Pauses.record(end - TimeUnit.MILLISECONDS.toNanos(1_100), end); // after the wait began
+                Thread.sleep(2_100); // past the wait's 3 s, within 3 s of running time (4.1 s)
                 slow.complete("answer");
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();

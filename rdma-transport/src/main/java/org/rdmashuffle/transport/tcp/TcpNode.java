@@ -21,6 +21,7 @@ import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.NodeStats;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.PeerBusyException;
 import org.rdmashuffle.transport.PeerChannels;
 import org.rdmashuffle.transport.RdmaChannel;
@@ -61,6 +62,8 @@ public final class TcpNode implements RdmaNode {
     private final TcpRequester requester;
     private final Thread responderThread;
     private final Thread requesterThread;
+    /** The pause watcher runs while this node is open: its timeouts count running time ({@link Pauses}). */
+    private final Pauses.Lease pauseWatch;
     private final PeerChannels<TcpChannel> channels =
             new PeerChannels<>(this::ensureOpen, c -> c.fail(ReadStatus.CHANNEL_CLOSED, "node closed"));
     private final AtomicLong nextBase = new AtomicLong(1);
@@ -106,6 +109,7 @@ public final class TcpNode implements RdmaNode {
         this.responderThread.setDaemon(true);
         this.requesterThread = new Thread(requester, "rdma-tcp-requester-" + port);
         this.requesterThread.setDaemon(true);
+        this.pauseWatch = Pauses.watch();
         responderThread.start();
         requesterThread.start();
         LOG.info("tcp node listening on {}", address);
@@ -526,6 +530,7 @@ public final class TcpNode implements RdmaNode {
         for (TcpRegion r : table.all()) {
             r.close();
         }
+        pauseWatch.close();
         LOG.info("tcp node {} closed", address);
     }
 

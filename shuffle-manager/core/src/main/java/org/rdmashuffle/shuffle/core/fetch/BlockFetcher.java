@@ -446,7 +446,7 @@ public final class BlockFetcher implements AutoCloseable {
 
     /**
      * The next finished block. Waits while READs are in flight, each wait bounded by the request
-     * timeout since the last READ landed.
+     * timeout since the last READ landed, in running time (a pause of this JVM is added: {@link Pauses}).
      *
      * @throws FetchFailure naming the request when it failed, or naming the oldest request still
      *     outstanding when nothing landed in time
@@ -489,7 +489,8 @@ public final class BlockFetcher implements AutoCloseable {
             if (!steps.ready().isEmpty() || buffers.hasLanded()) {
                 continue;
             }
-            long left = since + timeoutNanos + Pauses.pausedSince(since) - System.nanoTime();
+            long now = System.nanoTime(); // before looking: a pause between them is counted out
+            long left = since + timeoutNanos + Pauses.pausedSince(since) - now;
             if (left <= 0) {
                 throw timedOut();
             }

@@ -199,7 +199,8 @@ final class BlockStream {
         long waitFrom = System.nanoTime();
         long since = waitFrom; // this stream's last landing; the wait counts running time from it (Pauses)
         while (!w.windowReady && failed == null) {
-            long left = since + timeoutNanos + Pauses.pausedSince(since) - System.nanoTime();
+            long now = System.nanoTime(); // before looking: a pause between them is counted out
+            long left = since + timeoutNanos + Pauses.pausedSince(since) - now;
             FetchStep l;
             try {
                 l = left <= 0 ? null : buffers.pollLanded(left);

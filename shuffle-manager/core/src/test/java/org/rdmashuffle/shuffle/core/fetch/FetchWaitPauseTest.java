@@ -25,11 +25,58 @@ import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RdmaTransport;
 
 /**
- * A streamed block's window wait counts running time only: a pause of this JVM recorded meanwhile (by any thread)
- * is added to it, so a reader that did not run blames no peer for its own silence ({@link Pauses}).
+ * A reduce task's waits count running time only — for the next block ({@link BlockFetcher#next}) and for a streamed
+ * block's window: a pause of this JVM recorded meanwhile (by any thread) is added to them, so a reader that did not
+ * run blames no peer for its own silence ({@link Pauses}).
  */
-class BlockStreamPauseTest {
+class FetchWaitPauseTest {
     private static final int WINDOW = 64 << 10;
+
+    @Test
+    @Timeout(60)
+    void shouldAddAPauseOfThisJvmToTheWaitForTheNextBlockWhenAnotherThreadRecordedIt(@TempDir Path dir)
+            throws Exception {
+        RdmaShuffleConf conf = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp"));
+        long[] offsets = {0, 1_000};
+        Path f = dir.resolve("shuffle_78_0_0.data");
+        Files.write(f, new byte[1_000]);
+        try (RdmaNode executor = RdmaTransport.open(conf, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(conf, NodeOptions.loopback());
+             RegisteredOutputTable table = new RegisteredOutputTable(executor, 78, 1);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(conf), reducer.sinkRegistrar())) {
+            table.publish(0, 0, RegisteredMapOutput.register(executor, f, new MapOutputLayout(offsets, 100_000)));
+            GatedChannel[] gate = new GatedChannel[1];
+            BlockFetcher fetcher = new BlockFetcher(gatedNode(reducer, gate), pool, 4 << 20, 16 << 10, 3_000);
+            fetcher.add(new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0, 0, 1));
+            Thread other = pauseLater();
+            long waitFrom = System.nanoTime();
+            FetchFailure e = assertThrows(FetchFailure.class, fetcher::next); // its first READ is held
+            long waited = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - waitFrom);
+            other.join();
+            assertTrue(e.getMessage().contains("no block arrived within 3000 ms"), e.getMessage());
+            fetcher.close();
+            for (int i = 0; i < gate[0].postCount(); i++) {
+                gate[0].release(i);
+            }
+            assertTrue(waited >= 3_800, "the wait failed after " + waited + " ms: its 3 s timeout and the 1 s pause "
+                    + "are 4 s");
+        }
+    }
+
+    /** A thread that, 1.5 s from now, records a pause of this JVM of 1 s (as the watcher would). */
+    private static Thread pauseLater() {
+        Thread other = new Thread(() -> {
+            try {
+                Thread.sleep(1_500);
+            } catch (InterruptedException e) {
+                return;
+            }
+            long end = System.nanoTime();
+            Pauses.record(end - TimeUnit.SECONDS.toNanos(1), end);
+        });
+        other.start();
+        return other;
+    }
 
     @Test
     @Timeout(60)
@@ -54,17 +101,8 @@ class BlockStreamPauseTest {
             gate[0].release(1);
             BlockFetcher.Block s = fetcher.next();
             assertTrue(s.streamed());
-            Thread other = new Thread(() -> { // as the watcher records a pause of 1 s, 1.5 s into the wait
-                try {
-                    Thread.sleep(1_500);
-                } catch (InterruptedException e) {
-                    return;
-                }
-                long end = System.nanoTime();
-                Pauses.record(end - TimeUnit.SECONDS.toNanos(1), end);
-            });
+            Thread other = pauseLater();
             long waitFrom = System.nanoTime();
-            other.start();
             BlockFetcher.StreamFailed e = assertThrows(BlockFetcher.StreamFailed.class,
                     () -> s.open(0, s.length()).read());
             long waited = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - waitFrom);
