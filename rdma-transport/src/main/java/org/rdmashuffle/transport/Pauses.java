@@ -28,7 +28,8 @@ import org.slf4j.LoggerFactory;
  * <p>The watcher runs while a node of this JVM is open ({@link #watch()}, one lease per node; it starts on that
  * node's thread, with no context class loader and no inherited thread locals). Without it nothing is found, and
  * timeouts count all time. The record is the JVM's (a pause stops every thread of it), hence static: the last
- * {@link #KEPT} pauses ({@link Kept}); the watcher writes the log line of each. A check allocates nothing.
+ * {@link #KEPT} pauses ({@link Kept}); a short-lived thread writes the log line of each (never the watcher: a log
+ * sink that blocks must not silence it). A check allocates nothing.
  */
 public final class Pauses {
     private static final Logger LOG = LoggerFactory.getLogger(Pauses.class);
@@ -63,23 +64,15 @@ public final class Pauses {
     }
 
     /**
-     * A lease on the watcher: it runs while one is open (a node holds one from open to close). The first starts it;
-     * when it cannot start (no thread to be had), one WARN says so and timeouts count all time, as before.
+     * A lease on the watcher: it runs while one is open (a node holds one from open to close). The first starts it,
+     * and so does any later one while it is not running (it could not start, or it died); when it cannot start (no
+     * thread to be had), a WARN says so and timeouts count all time, as before.
      */
     public static Lease watch() {
         synchronized (LOCK) {
-            if (leases++ == 0) {
-                lastLook = System.nanoTime(); // the time before was not watched: no pause in it
-                Thread t = new Thread(null, Pauses::watchLoop, "rdma-shuffle-pause-watch", 0, false);
-                t.setDaemon(true);
-                t.setContextClassLoader(null);
-                try {
-                    t.start();
-                    watcher = t;
-                    watching = true;
-                } catch (Throwable e) { // OutOfMemoryError: unable to create native thread
-                    LOG.warn("cannot start the pause watcher ({}): request timeouts count this JVM's pauses too", e);
-                }
+            leases++;
+            if (watcher == null) {
+                startWatcher();
             }
         }
         boolean[] closed = new boolean[1];
@@ -89,39 +82,108 @@ public final class Pauses {
                     return;
                 }
                 closed[0] = true;
-                if (--leases == 0) {
+                if (--leases == 0 && watcher != null) {
                     watching = false;
-                    if (watcher != null) {
-                        LockSupport.unpark(watcher);
-                        watcher = null;
-                    }
+                    LockSupport.unpark(watcher);
+                    watcher = null;
                 }
             }
         };
     }
 
+    /** The number of open leases (for tests). */
+    static int leases() {
+        synchronized (LOCK) {
+            return leases;
+        }
+    }
+
+    /** The watcher thread, or null when none runs (for tests). */
+    static Thread watcher() {
+        synchronized (LOCK) {
+            return watcher;
+        }
+    }
+
+    /** Under {@link #LOCK}. */
+    private static void startWatcher() {
+        lastLook = System.nanoTime(); // the time before was not watched: no pause in it
+        Thread t = daemon(Pauses::watchLoop, "rdma-shuffle-pause-watch");
+        try {
+            t.start();
+            watcher = t;
+            watching = true;
+        } catch (Throwable e) { // OutOfMemoryError: unable to create native thread
+            LOG.warn("cannot start the pause watcher ({}): request timeouts count this JVM's pauses too",
+                    String.valueOf(e));
+        }
+    }
+
+    /** A daemon thread with no context class loader and no inherited thread locals (it pins nothing). */
+    private static Thread daemon(Runnable r, String name) {
+        Thread t = new Thread(null, r, name, 0, false);
+        t.setDaemon(true);
+        t.setContextClassLoader(null);
+        return t;
+    }
+
+    /**
+     * The watcher: parks, looks, and hands the log lines of new pauses to a thread of their own (a log sink that
+     * blocks must not silence the watcher: its silence would be taken for a pause). When it ends for any reason,
+     * it says so under the lock, and the next lease starts another.
+     */
     private static void watchLoop() {
         Thread self = Thread.currentThread();
         int logged = JVM.count();
-        for (;;) {
-            synchronized (LOCK) {
-                if (watcher != self) {
-                    return;
+        Thread logging = null;
+        try {
+            while (isWatcher(self)) {
+                try {
+                    LockSupport.parkNanos(WATCH_PERIOD_NANOS);
+                    Thread.interrupted(); // an interrupt must not turn the park into a spin
+                    look();
+                    int n = JVM.count();
+                    if (n > logged && (logging == null || !logging.isAlive())) {
+                        logging = logLater(logged, n);
+                        logged = n;
+                    }
+                } catch (Throwable e) { // goes on: without it every timeout counts pauses again
+                    logging = null;
                 }
             }
-            try {
-                LockSupport.parkNanos(WATCH_PERIOD_NANOS);
-                Thread.interrupted(); // an interrupt must not turn the park into a spin
-                look();
-                for (int n = JVM.count(); logged < n; logged++) {
-                    LOG.warn("this JVM did not run for about {} ms (a garbage collection, a stopped process or a "
-                            + "frozen host): request timeouts do not count it, so no peer is blamed for it",
-                            TimeUnit.NANOSECONDS.toMillis(JVM.length(logged)));
+        } finally {
+            synchronized (LOCK) {
+                if (watcher == self) {
+                    watcher = null;
+                    watching = false;
                 }
-            } catch (Throwable e) { // the watcher goes on: without it every timeout counts pauses again
-                LOG.debug("pause watcher round failed", e);
             }
         }
+    }
+
+    private static boolean isWatcher(Thread t) {
+        synchronized (LOCK) {
+            return watcher == t;
+        }
+    }
+
+    /** Starts a thread that logs pauses number {@code from} to {@code to} (exclusive), those still kept. */
+    private static Thread logLater(int from, int to) {
+        long[] lengths = new long[to - from];
+        for (int i = from; i < to; i++) {
+            lengths[i - from] = JVM.length(i);
+        }
+        Thread t = daemon(() -> {
+            for (long l : lengths) {
+                if (l > 0) {
+                    LOG.warn("this JVM did not run for about {} ms (a garbage collection, a stopped process or a "
+                            + "frozen host): request timeouts do not count it, so no peer is blamed for it",
+                            TimeUnit.NANOSECONDS.toMillis(l));
+                }
+            }
+        }, "rdma-shuffle-pause-log");
+        t.start();
+        return t;
     }
 
     /** Looks now: when the watcher was silent for a pause's length, this JVM was paused until now, recorded so. */
@@ -145,7 +207,8 @@ public final class Pauses {
 
     /**
      * Records that this JVM did not run from {@code fromNanos} to {@code toNanos} (at most now): for a thread that
-     * knows it did not run, and for tests. Merged with a pause recorded already that it overlaps.
+     * knows it did not run, and for tests. What the last recorded pause covers already is left out (all of it, for
+     * a pause that ended before that one).
      */
     public static void record(long fromNanos, long toNanos) {
         synchronized (LOCK) {

@@ -59,23 +59,24 @@ class PausesTest {
     @Test
     @Timeout(30)
     void shouldRunTheWatcherWhileANodeHoldsALeaseAndStopItWhenTheLastCloses() throws Exception {
+        int before = Pauses.leases(); // a node another test left open holds one
         Pauses.Lease first = Pauses.watch();
+        Thread watcher = Pauses.watcher();
+        assertTrue(watcher != null && watcher.isAlive(), "no watcher thread while a lease is open");
+        assertEquals("rdma-shuffle-pause-watch", watcher.getName());
+        assertTrue(watcher.isDaemon() && watcher.getContextClassLoader() == null, "it pins no class loader");
         Pauses.Lease second = Pauses.watch();
-        assertTrue(watcherRunning(), "no watcher thread while leases are open");
         first.close();
         first.close(); // twice is once
-        assertTrue(watcherRunning(), "the watcher stopped while a lease is still open");
+        assertEquals(before + 1, Pauses.leases());
+        assertTrue(watcher.isAlive(), "the watcher stopped while a lease is still open");
         second.close();
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        while (watcherRunning() && System.nanoTime() - deadline < 0) {
-            Thread.sleep(10);
+        assertEquals(before, Pauses.leases());
+        if (before == 0) {
+            watcher.join(10_000);
+            assertFalse(watcher.isAlive(), "the watcher runs on with every lease closed");
+            assertEquals(null, Pauses.watcher());
         }
-        assertFalse(watcherRunning(), "the watcher runs on with every lease closed");
-    }
-
-    private static boolean watcherRunning() {
-        return Thread.getAllStackTraces().keySet().stream()
-                .anyMatch(t -> t.isAlive() && t.getName().equals("rdma-shuffle-pause-watch"));
     }
 
     @Test

@@ -109,9 +109,9 @@ public final class TcpNode implements RdmaNode {
         this.responderThread.setDaemon(true);
         this.requesterThread = new Thread(requester, "rdma-tcp-requester-" + port);
         this.requesterThread.setDaemon(true);
-        this.pauseWatch = Pauses.watch();
         responderThread.start();
         requesterThread.start();
+        this.pauseWatch = Pauses.watch();
         LOG.info("tcp node listening on {}", address);
     }
 
@@ -512,26 +512,29 @@ public final class TcpNode implements RdmaNode {
             return;
         }
         closed = true;
-        requester.stop();
-        join(requesterThread);
-        for (TcpChannel c : requester.channels()) {
-            c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
-        }
-        responder.stop();
-        join(responderThread);
-        if (!responderThread.isAlive()) {
-            responder.releaseAll(); // idempotent: the loop's own release may have failed part-way
-        }
         try {
-            server.close();
-        } catch (IOException e) {
-            LOG.debug("closing server socket", e);
+            requester.stop();
+            join(requesterThread);
+            for (TcpChannel c : requester.channels()) {
+                c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
+            }
+            responder.stop();
+            join(responderThread);
+            if (!responderThread.isAlive()) {
+                responder.releaseAll(); // idempotent: the loop's own release may have failed part-way
+            }
+            try {
+                server.close();
+            } catch (IOException e) {
+                LOG.debug("closing server socket", e);
+            }
+            for (TcpRegion r : table.all()) {
+                r.close();
+            }
+            LOG.info("tcp node {} closed", address);
+        } finally {
+            pauseWatch.close();
         }
-        for (TcpRegion r : table.all()) {
-            r.close();
-        }
-        pauseWatch.close();
-        LOG.info("tcp node {} closed", address);
     }
 
     private static void join(Thread t) {

@@ -143,8 +143,8 @@ public final class VerbsNode implements RdmaNode {
         this.address = new NodeAddress(options.advertisedHost(), port, PROVIDER);
         long tick = Math.max(10, Math.min(Math.min(Math.min(1000, conf.requestTimeoutMs() / 4),
                 conf.verbsStallCheckMs() / 2), conf.idleTimeoutMs() / 6));
-        this.pauseWatch = Pauses.watch();
         timer.scheduleWithFixedDelay(this::checkTimeouts, tick, tick, TimeUnit.MILLISECONDS);
+        this.pauseWatch = Pauses.watch();
         LOG.info("verbs node listening on {} ({} through {}, rdma_cm port {}, at most {} READs in flight per channel, "
                 + "completion queue {}, retry_count {}, rnr_retry_count {})", address, device, api, rdmaPort, credits,
                 conf.verbsCompletionQueueSize(), queuePairs.retryCount(), queuePairs.rnrRetryCount());
@@ -588,11 +588,13 @@ public final class VerbsNode implements RdmaNode {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
-        verbs.close(); // joins the device's threads, each within spark.shuffle.rdma.verbs.eventTimeout
-        control.close();
-        pauseWatch.close();
+        try {
+            verbs.close(); // joins the device's threads, each within spark.shuffle.rdma.verbs.eventTimeout
+            control.close();
+        } finally {
+            pauseWatch.close();
+        }
         LOG.info("verbs node {} closed: {} READs completed ({} bytes), {} failed", address, readsCompleted.sum(),
                 bytesRead.sum(), readsFailed.sum());
     }
-
 }

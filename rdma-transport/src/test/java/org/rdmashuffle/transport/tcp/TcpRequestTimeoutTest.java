@@ -101,8 +101,9 @@ class TcpRequestTimeoutTest {
     }
 
     /**
-     * Completion work of another channel that holds the requester thread 600 ms at a time is no pause: the silent
-     * peer's READ still times out after its 2 s (its threads ran; only a JVM that did not run is a pause).
+     * Completion work of another channel that holds the requester thread 1 s at a time — longer than the silence
+     * that makes a pause — is no pause: the silent peer's READ still times out after its 2 s (only the watcher's
+     * silence is a pause, and the watcher ran).
      */
     @Test
     @Timeout(30)
@@ -127,7 +128,7 @@ class TcpRequestTimeoutTest {
                     done.countDown();
                 });
                 ReadListener busy = (id, st, len) -> { // on the requester thread
-                    long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(600);
+                    long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
                     while (System.nanoTime() - until < 0) {
                         Thread.onSpinWait();
                     }
@@ -137,7 +138,7 @@ class TcpRequestTimeoutTest {
                     ReadBatch h = new ReadBatch(1);
                     h.add(src.descriptor().address(), src.descriptor().rkey(), 100, sink, 200, 1);
                     healthy.post(h, busy);
-                    done.await(700, TimeUnit.MILLISECONDS);
+                    done.await(1_100, TimeUnit.MILLISECONDS);
                 }
                 assertEquals(0, done.getCount(), "the silent peer's READ (requestTimeout 2 s) had not timed out "
                         + "after 10 s of busy completions");
