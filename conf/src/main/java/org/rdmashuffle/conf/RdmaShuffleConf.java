@@ -202,7 +202,9 @@ public final class RdmaShuffleConf {
     public static final ConfigKey<Long> REQUEST_TIMEOUT = declare(ConfigKey.millis(PREFIX + "requestTimeout",
             "120s", 1, 86_400_000,
             "Time a posted READ or control message may stay outstanding before the channel is failed and "
-                    + "every request on it completes with a timeout."));
+                    + "every request on it completes with a timeout. Counts running time: a pause of this JVM of "
+                    + "about 700 ms or more (a long garbage collection, a stopped process) is added to it, as a "
+                    + "reader's own pause is not its peer's fault."));
 
     public static final ConfigKey<Long> MAX_CONTROL_MESSAGE_SIZE = declare(ConfigKey.bytes(
             PREFIX + "maxControlMessageSize", "64k", 1L << 10, 1L << 30, false,

@@ -4,7 +4,6 @@ import java.util.Collection;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.Consumer;
 
@@ -83,7 +82,7 @@ public final class PeerChannels<C extends RdmaChannel> {
     private static void awaitOther(NodeAddress peer, CompletableFuture<?> other, long waitMs)
             throws TransportException {
         try {
-            other.get(waitMs, TimeUnit.MILLISECONDS);
+            Pauses.get(other, waitMs); // this JVM's pauses not counted
         } catch (ExecutionException e) {
             if (e.getCause() instanceof TransportException te) {
                 throw te;

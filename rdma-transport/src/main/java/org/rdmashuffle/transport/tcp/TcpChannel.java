@@ -11,6 +11,7 @@ import org.rdmashuffle.pool.Registration;
 import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.ReadBatch;
 import org.rdmashuffle.transport.ReadListener;
@@ -364,11 +365,16 @@ final class TcpChannel implements RdmaChannel {
 
     /**
      * Fails the channel if its oldest request got no reply within the request timeout, counted from
-     * its post or from the last reply, whichever is later (a long queue that moves is not a timeout).
+     * its post or the last reply, whichever is later, this JVM's pauses not counted (a long queue that moves
+     * is not a timeout, nor is a reader that did not run: {@link Pauses}).
      */
     private void checkTimeout(long now) {
         long h = ring.head;
-        if (h < ring.tail && now - Math.max(ring.postNanos[ring.slot(h)], lastReplyNanos) > timeoutNanos) {
+        if (h >= ring.tail) {
+            return;
+        }
+        long from = Math.max(ring.postNanos[ring.slot(h)], lastReplyNanos);
+        if (now - from > timeoutNanos && now - from - Pauses.pausedSince(from) > timeoutNanos) {
             fail(ReadStatus.TIMEOUT, "no reply within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
                     + " ms (" + node.keys.requestTimeout + ")");
         }

@@ -21,6 +21,7 @@ import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.NodeStats;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.PeerBusyException;
 import org.rdmashuffle.transport.PeerChannels;
 import org.rdmashuffle.transport.RdmaChannel;
@@ -61,6 +62,8 @@ public final class TcpNode implements RdmaNode {
     private final TcpRequester requester;
     private final Thread responderThread;
     private final Thread requesterThread;
+    /** The pause watcher runs while this node is open: its timeouts count running time ({@link Pauses}). */
+    private final Pauses.Lease pauseWatch;
     private final PeerChannels<TcpChannel> channels =
             new PeerChannels<>(this::ensureOpen, c -> c.fail(ReadStatus.CHANNEL_CLOSED, "node closed"));
     private final AtomicLong nextBase = new AtomicLong(1);
@@ -108,6 +111,7 @@ public final class TcpNode implements RdmaNode {
         this.requesterThread.setDaemon(true);
         responderThread.start();
         requesterThread.start();
+        this.pauseWatch = Pauses.watch();
         LOG.info("tcp node listening on {}", address);
     }
 
@@ -508,25 +512,29 @@ public final class TcpNode implements RdmaNode {
             return;
         }
         closed = true;
-        requester.stop();
-        join(requesterThread);
-        for (TcpChannel c : requester.channels()) {
-            c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
-        }
-        responder.stop();
-        join(responderThread);
-        if (!responderThread.isAlive()) {
-            responder.releaseAll(); // idempotent: the loop's own release may have failed part-way
-        }
         try {
-            server.close();
-        } catch (IOException e) {
-            LOG.debug("closing server socket", e);
+            requester.stop();
+            join(requesterThread);
+            for (TcpChannel c : requester.channels()) {
+                c.fail(ReadStatus.CHANNEL_CLOSED, "node closed");
+            }
+            responder.stop();
+            join(responderThread);
+            if (!responderThread.isAlive()) {
+                responder.releaseAll(); // idempotent: the loop's own release may have failed part-way
+            }
+            try {
+                server.close();
+            } catch (IOException e) {
+                LOG.debug("closing server socket", e);
+            }
+            for (TcpRegion r : table.all()) {
+                r.close();
+            }
+            LOG.info("tcp node {} closed", address);
+        } finally {
+            pauseWatch.close();
         }
-        for (TcpRegion r : table.all()) {
-            r.close();
-        }
-        LOG.info("tcp node {} closed", address);
     }
 
     private static void join(Thread t) {

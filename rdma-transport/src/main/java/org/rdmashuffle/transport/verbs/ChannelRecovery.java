@@ -3,6 +3,7 @@ package org.rdmashuffle.transport.verbs;
 import java.io.IOException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.ReadStatus;
 
 /**
@@ -241,14 +242,15 @@ final class ChannelRecovery {
             ReadWindow window = ch.window;
             ReadQueue queue = ch.queue;
             long progress = ch.lastProgressNanos;
-            // Counted from the later of its post and the channel's last progress: a long queue that moves is
-            // not a timeout.
+            // Counted from the later of its post and the channel's last progress, this JVM's pauses not counted:
+            // a long queue that moves is not a timeout, nor is a reader that did not run (Pauses).
             if (window.anyOlderThan(now, progress, requestTimeoutNanos)) {
                 late = "a READ was outstanding";
             }
             int oldest = window.oldestBusy();
-            if (late == null && !queue.isEmpty()
-                    && now - Math.max(queue.table().postNanos(queue.head()), progress) > requestTimeoutNanos) {
+            long queued = queue.isEmpty() ? now : Math.max(queue.table().postNanos(queue.head()), progress);
+            if (late == null && now - queued > requestTimeoutNanos
+                    && now - queued - Pauses.pausedSince(queued) > requestTimeoutNanos) {
                 late = "a READ waited to be posted";
             }
             if (late == null && ch.state == VerbsChannel.OPEN && oldest >= 0 && !stallCheckRunning

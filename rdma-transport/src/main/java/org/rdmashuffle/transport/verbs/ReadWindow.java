@@ -1,5 +1,7 @@
 package org.rdmashuffle.transport.verbs;
 
+import org.rdmashuffle.transport.Pauses;
+
 /**
  * A channel's outstanding READs: {@code credits} slots in a {@link ReadTable} (a slot is the low half of
  * a work request id, {@link WorkRequestIds}), a stack of free ones, and a ring of the busy ones in post
@@ -133,10 +135,14 @@ final class ReadWindow {
         return -1;
     }
 
-    /** Whether an outstanding READ is older than {@code timeoutNanos}, counted from the later of its post and {@code since}. */
+    /**
+     * Whether an outstanding READ is older than {@code timeoutNanos}, counted from the later of its post and
+     * {@code since}, this JVM's pauses meanwhile not counted ({@link Pauses}).
+     */
     boolean anyOlderThan(long now, long since, long timeoutNanos) {
         for (int s = 0; s < credits; s++) {
-            if (slots.busy(s) && now - Math.max(slots.postNanos(s), since) > timeoutNanos) {
+            long from = Math.max(slots.postNanos(s), since);
+            if (slots.busy(s) && now - from > timeoutNanos && now - from - Pauses.pausedSince(from) > timeoutNanos) {
                 return true;
             }
         }

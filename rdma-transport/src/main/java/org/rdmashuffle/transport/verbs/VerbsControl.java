@@ -6,13 +6,13 @@ import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import org.rdmashuffle.conf.RdmaShuffleConf;
 import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.HandshakeRefusedException;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.TransportException;
@@ -132,7 +132,7 @@ final class VerbsControl implements AutoCloseable {
     private ByteBuffer call(NodeAddress peer, ByteBuffer message) throws IOException {
         RdmaChannel ch = tcp.connect(controlAddress(peer));
         try {
-            return ch.call(message).get(conf.requestTimeoutMs(), TimeUnit.MILLISECONDS);
+            return Pauses.get(ch.call(message), conf.requestTimeoutMs());
         } catch (ExecutionException e) {
             Throwable c = e.getCause();
             throw c instanceof IOException io ? io : new TransportException(String.valueOf(c), c);

@@ -21,6 +21,7 @@ import org.rdmashuffle.transport.MemoryRegion;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.NodeStats;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.PeerChannels;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
@@ -67,6 +68,8 @@ public final class VerbsNode implements RdmaNode {
     private final VerbsControl control;
     private final NodeAddress address;
     private final ScheduledExecutorService timer;
+    /** The pause watcher runs while this node is open: its timeouts count running time ({@link Pauses}). */
+    private final Pauses.Lease pauseWatch;
     private final ExecutorService worker;
     private final VerbsMemory memory;
     private final PeerChannels<VerbsChannel> channels = new PeerChannels<>(this::ensureOpen, VerbsChannel::close);
@@ -141,6 +144,7 @@ public final class VerbsNode implements RdmaNode {
         long tick = Math.max(10, Math.min(Math.min(Math.min(1000, conf.requestTimeoutMs() / 4),
                 conf.verbsStallCheckMs() / 2), conf.idleTimeoutMs() / 6));
         timer.scheduleWithFixedDelay(this::checkTimeouts, tick, tick, TimeUnit.MILLISECONDS);
+        this.pauseWatch = Pauses.watch();
         LOG.info("verbs node listening on {} ({} through {}, rdma_cm port {}, at most {} READs in flight per channel, "
                 + "completion queue {}, retry_count {}, rnr_retry_count {})", address, device, api, rdmaPort, credits,
                 conf.verbsCompletionQueueSize(), queuePairs.retryCount(), queuePairs.rnrRetryCount());
@@ -584,10 +588,13 @@ public final class VerbsNode implements RdmaNode {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
-        verbs.close(); // joins the device's threads, each within spark.shuffle.rdma.verbs.eventTimeout
-        control.close();
+        try {
+            verbs.close(); // joins the device's threads, each within spark.shuffle.rdma.verbs.eventTimeout
+            control.close();
+        } finally {
+            pauseWatch.close();
+        }
         LOG.info("verbs node {} closed: {} READs completed ({} bytes), {} failed", address, readsCompleted.sum(),
                 bytesRead.sum(), readsFailed.sum());
     }
-
 }

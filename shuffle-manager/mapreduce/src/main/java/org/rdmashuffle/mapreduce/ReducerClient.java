@@ -20,6 +20,7 @@ import org.rdmashuffle.transport.ControlHandler;
 import org.rdmashuffle.transport.HandshakeRefusedException;
 import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.PeerBusyException;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RdmaTransport;
@@ -128,7 +129,7 @@ final class ReducerClient implements AutoCloseable {
     /** Sends a REGISTER to {@code service} and waits for the answer (at most the request timeout). */
     ByteBuffer call(NodeAddress service, ByteBuffer request) throws IOException, InterruptedException {
         try {
-            return node.connect(service).call(request).get(conf.requestTimeoutMs(), TimeUnit.MILLISECONDS);
+            return Pauses.get(node.connect(service).call(request), conf.requestTimeoutMs());
         } catch (PeerBusyException e) { // keeps its type (busy is worth another try later), naming mapreduce.* keys
             IOException renamed = MapReduceRdmaConf.namingMapReduceKeys(e);
             PeerBusyException busy = new PeerBusyException(renamed.getMessage(), renamed.getCause());

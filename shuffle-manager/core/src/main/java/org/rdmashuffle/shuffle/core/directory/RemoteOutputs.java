@@ -3,10 +3,10 @@ package org.rdmashuffle.shuffle.core.directory;
 import java.nio.ByteBuffer;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.LongAdder;
 import org.rdmashuffle.shuffle.core.format.ControlProtocol;
 import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.RdmaChannel;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RegionDescriptor;
@@ -55,7 +55,7 @@ public final class RemoteOutputs {
         RdmaChannel ch = node.connect(peer);
         ByteBuffer reply;
         try {
-            reply = ch.call(ControlProtocol.lookupTable(shuffleId)).get(requestTimeoutMs, TimeUnit.MILLISECONDS);
+            reply = Pauses.get(ch.call(ControlProtocol.lookupTable(shuffleId)), requestTimeoutMs);
         } catch (Exception e) {
             throw new TransportException("cannot look up shuffle " + shuffleId + "'s output table at " + peer, e);
         }

@@ -10,6 +10,7 @@ import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.shuffle.core.directory.MetadataCache;
 import org.rdmashuffle.shuffle.core.format.ShuffleOutputTable;
 import org.rdmashuffle.transport.NodeAddress;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.RdmaNode;
 import org.rdmashuffle.transport.RegionDescriptor;
 
@@ -445,7 +446,7 @@ public final class BlockFetcher implements AutoCloseable {
 
     /**
      * The next finished block. Waits while READs are in flight, each wait bounded by the request
-     * timeout since the last READ landed.
+     * timeout since the last READ landed, in running time (a pause of this JVM is added: {@link Pauses}).
      *
      * @throws FetchFailure naming the request when it failed, or naming the oldest request still
      *     outstanding when nothing landed in time
@@ -461,12 +462,12 @@ public final class BlockFetcher implements AutoCloseable {
             throw new IllegalStateException("no block outstanding");
         }
         long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
-        long deadline = System.nanoTime() + timeoutNanos;
+        long since = System.nanoTime(); // the last landing; the wait counts running time from it (Pauses)
         for (;;) {
             Object result = steps.ready().poll();
             FetchStep s;
             while (result == null && (s = buffers.pollLanded()) != null) {
-                deadline = System.nanoTime() + timeoutNanos;
+                since = System.nanoTime();
                 result = steps.takeUp(s);
             }
             if (result != null) {
@@ -488,13 +489,14 @@ public final class BlockFetcher implements AutoCloseable {
             if (!steps.ready().isEmpty() || buffers.hasLanded()) {
                 continue;
             }
-            long left = deadline - System.nanoTime();
+            long now = System.nanoTime(); // before looking: a pause between them is counted out
+            long left = since + timeoutNanos + Pauses.pausedSince(since) - now;
             if (left <= 0) {
                 throw timedOut();
             }
             s = buffers.pollLanded(left);
             if (s != null) {
-                deadline = System.nanoTime() + timeoutNanos;
+                since = System.nanoTime();
                 result = steps.takeUp(s);
                 if (result != null) {
                     steps.ready().addFirst(result);

@@ -5,6 +5,7 @@ import java.util.Objects;
 import java.util.concurrent.TimeUnit;
 import org.rdmashuffle.pool.RegisteredBuffer;
 import org.rdmashuffle.shuffle.core.format.ShuffleOutputTable;
+import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.ReadStatus;
 
 /**
@@ -196,15 +197,19 @@ final class BlockStream {
         long timeoutMs = steps.timeoutMs;
         long timeoutNanos = TimeUnit.MILLISECONDS.toNanos(timeoutMs);
         long waitFrom = System.nanoTime();
-        long deadline = waitFrom + timeoutNanos;
+        long since = waitFrom; // this stream's last landing; the wait counts running time from it (Pauses)
         while (!w.windowReady && failed == null) {
-            long left = deadline - System.nanoTime();
+            long now = System.nanoTime(); // before looking: a pause between them is counted out
+            long left = since + timeoutNanos + Pauses.pausedSince(since) - now;
             FetchStep l;
             try {
                 l = left <= 0 ? null : buffers.pollLanded(left);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 throw new IllegalStateException("interrupted while fetching a shuffle block", e);
+            }
+            if (l == null && left > 0) {
+                continue; // time left again, counting a pause of this JVM meanwhile out of it
             }
             if (l == null) {
                 fail(RequestStateMachine.failure(request, FetchFailure.Kind.TIMEOUT, "no block arrived within "
@@ -213,7 +218,7 @@ final class BlockStream {
                 break;
             }
             if (l.stream == this) {
-                deadline = System.nanoTime() + timeoutNanos; // only this stream's own windows say its peer answers
+                since = System.nanoTime(); // only this stream's own windows say its peer answers
             }
             steps.takeUpLanded(l);
         }
