@@ -7,16 +7,11 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 import java.io.BufferedReader;
 import java.io.File;
 import java.io.InputStreamReader;
-import java.net.InetAddress;
-import java.net.ServerSocket;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.Map;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.AtomicLong;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.rdmashuffle.conf.RdmaShuffleConf;
@@ -25,7 +20,6 @@ import org.rdmashuffle.transport.NodeAddress;
 import org.rdmashuffle.transport.NodeOptions;
 import org.rdmashuffle.transport.Pauses;
 import org.rdmashuffle.transport.RdmaChannel;
-import org.rdmashuffle.transport.ReadBatch;
 import org.rdmashuffle.transport.ReadStatus;
 import org.rdmashuffle.transport.RegionAccess;
 
@@ -44,11 +38,10 @@ class TcpStoppedReaderTest {
     void shouldTimeOutAStoppedReadersReadAfterItsRunningTimeAndMeasureThePauseWhenItRunsAgain() throws Exception {
         assumeTrue(new File("/bin/kill").canExecute() || new File("/usr/bin/kill").canExecute(),
                 "needs kill(1) to stop a JVM");
-        try (ServerSocket silent = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            TcpRequestTimeoutTest.startSilentPeer(silent);
+        try (SilentPeer silent = new SilentPeer()) {
             String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
             Process reader = new ProcessBuilder(java, "-Xmx128m", "-cp", System.getProperty("java.class.path"),
-                    Reader.class.getName(), Integer.toString(silent.getLocalPort()))
+                    Reader.class.getName(), Integer.toString(silent.port()))
                     .redirectError(ProcessBuilder.Redirect.INHERIT).start();
             try (BufferedReader out = new BufferedReader(new InputStreamReader(reader.getInputStream(),
                     StandardCharsets.UTF_8))) {
@@ -105,25 +98,15 @@ class TcpStoppedReaderTest {
                     t.setDaemon(true);
                     t.start();
                 }
-                CountDownLatch done = new CountDownLatch(1);
-                AtomicInteger status = new AtomicInteger(-1);
-                AtomicLong completed = new AtomicLong();
-                ReadBatch b = new ReadBatch(1);
-                b.add(1L << 32, 1234, 100, sink, 0, 0);
-                long posted = System.nanoTime();
-                ch.post(b, (id, st, len) -> {
-                    completed.set(System.nanoTime());
-                    status.set(st);
-                    done.countDown();
-                });
+                SilentPeer.PendingRead read = new SilentPeer.PendingRead(ch, sink);
                 System.out.println("posted");
                 System.out.flush();
-                if (!done.await(60, TimeUnit.SECONDS)) {
+                if (!read.await(60_000)) {
                     System.out.println("hung");
                     return;
                 }
-                System.out.println(status.get() + " " + TimeUnit.NANOSECONDS.toMillis(completed.get() - posted) + " "
-                        + TimeUnit.NANOSECONDS.toMillis(Pauses.pausedSince(posted)));
+                System.out.println(read.status() + " " + read.completedAfterMs() + " "
+                        + TimeUnit.NANOSECONDS.toMillis(Pauses.pausedSince(read.postedNanos)));
                 System.out.flush();
             }
         }

@@ -49,13 +49,7 @@ class BlockFetcherLocatedTest {
     @Test
     @Timeout(60)
     void shouldReadEveryPartitionWhereItsLocationSaysWithoutReadingTheTable(@TempDir Path dir) throws Exception {
-        byte[][] data = new byte[MAPS][];
-        long[][] offsets = new long[MAPS][];
-        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
-             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
-             RegisteredOutputTable table = FetcherFixtures.publish(executor, dir, data, offsets);
-             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
-             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 300_000, 64 << 10, 20_000)) {
+        withPublished(dir, (executor, table, pool, fetcher, data, offsets) -> {
             List<BlockFetcher.Request> requests = new ArrayList<>();
             boolean crossing = false;
             for (int m = 0; m < MAPS; m++) {
@@ -84,19 +78,13 @@ class BlockFetcherLocatedTest {
             assertEquals(requests.size(), got);
             assertEquals(0, fetcher.controlBytesRead(), "no slot, no metadata: the data READs only");
             assertEquals(0, fetcher.bytesInFlight());
-        }
+        });
     }
 
     @Test
     @Timeout(60)
     void shouldReadNothingThroughTheLocationOfAnOutputDeregisteredSince(@TempDir Path dir) throws Exception {
-        byte[][] data = new byte[MAPS][];
-        long[][] offsets = new long[MAPS][];
-        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
-             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
-             RegisteredOutputTable table = FetcherFixtures.publish(executor, dir, data, offsets);
-             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
-             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 300_000, 64 << 10, 20_000)) {
+        withPublished(dir, (executor, table, pool, fetcher, data, offsets) -> {
             BlockFetcher.Located at = locate(table, offsets, 0, 0);
             assertNotNull(table.dataRegions(0, 0));
             assertEquals(null, table.dataRegions(0, 7), "no regions for an attempt the table does not hold");
@@ -111,7 +99,7 @@ class BlockFetcherLocatedTest {
                 assertTrue(b.viaEngineReason().contains("deregistered"), b.viaEngineReason());
             }
             assertEquals(0, pool.stats().inUseBuffers());
-        }
+        });
     }
 
     @Test
@@ -120,5 +108,24 @@ class BlockFetcherLocatedTest {
                 10, 0, 10);
         assertThrows(IllegalArgumentException.class, () -> new BlockFetcher.Request(null, null, 0, 0, 0, 2,
                 BlockFetcher.Expected.UNKNOWN, at));
+    }
+
+    /** What a test does with {@link #MAPS} published outputs ({@code data}, {@code offsets}), a pool, a fetcher. */
+    private interface PublishedBody {
+        void run(RdmaNode executor, RegisteredOutputTable table, BufferPool pool, BlockFetcher fetcher, byte[][] data,
+                 long[][] offsets) throws Exception;
+    }
+
+    /** An executor's node with {@link #MAPS} outputs published; a reducer's node, pool and fetcher; {@code body}. */
+    private static void withPublished(Path dir, PublishedBody body) throws Exception {
+        byte[][] data = new byte[MAPS][];
+        long[][] offsets = new long[MAPS][];
+        try (RdmaNode executor = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RdmaNode reducer = RdmaTransport.open(CONF, NodeOptions.loopback());
+             RegisteredOutputTable table = FetcherFixtures.publish(executor, dir, data, offsets);
+             BufferPool pool = new BufferPool(BufferPoolOptions.from(CONF), reducer.sinkRegistrar());
+             BlockFetcher fetcher = new BlockFetcher(reducer, pool, 300_000, 64 << 10, 20_000)) {
+            body.run(executor, table, pool, fetcher, data, offsets);
+        }
     }
 }

@@ -36,30 +36,74 @@ class FetchWaitPauseTest {
     @Timeout(60)
     void shouldAddAPauseOfThisJvmToTheWaitForTheNextBlockWhenAnotherThreadRecordedIt(@TempDir Path dir)
             throws Exception {
-        RdmaShuffleConf conf = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp"));
-        long[] offsets = {0, 1_000};
-        Path f = dir.resolve("shuffle_78_0_0.data");
-        Files.write(f, new byte[1_000]);
+        withGatedFetcher(dir, new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp")), 1_000,
+                (fetcher, gate) -> {
+                    Thread other = pauseLater();
+                    long waitFrom = System.nanoTime();
+                    FetchFailure e = assertThrows(FetchFailure.class, fetcher::next); // its first READ is held
+                    long waited = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - waitFrom);
+                    other.join();
+                    assertTrue(e.getMessage().contains("no block arrived within 3000 ms"), e.getMessage());
+                    assertTrue(waited >= 3_800, "the wait failed after " + waited + " ms: its 3 s timeout and the "
+                            + "1 s pause are 4 s");
+                    return 0;
+                });
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldAddAPauseOfThisJvmToAStreamedWindowsWaitWhenAnotherThreadRecordedIt(@TempDir Path dir) throws Exception {
+        RdmaShuffleConf conf = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
+                "spark.shuffle.rdma.pool.maxBufferSize", "64k", "spark.shuffle.rdma.pool.chunkSize", "256k"));
+        withGatedFetcher(dir, conf, 3 * WINDOW, (fetcher, gate) -> {
+            gate.release(0);
+            fetcher.progress();
+            gate.release(1);
+            try (BlockFetcher.Block s = fetcher.next()) {
+                assertTrue(s.streamed());
+                Thread other = pauseLater();
+                long waitFrom = System.nanoTime();
+                BlockFetcher.StreamFailed e = assertThrows(BlockFetcher.StreamFailed.class,
+                        () -> s.open(0, s.length()).read());
+                long waited = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - waitFrom);
+                other.join();
+                assertTrue(e.getMessage().contains("no block arrived within 3000 ms"), e.getMessage());
+                assertTrue(waited >= 3_800, "the window's wait failed after " + waited + " ms: its 3 s timeout and "
+                        + "the 1 s pause are 4 s");
+            }
+            return 2;
+        });
+    }
+
+    /** What a test does with the fetcher; returns how many of the gate's posts it released. */
+    private interface GatedBody {
+        int run(BlockFetcher fetcher, GatedChannel gate) throws Exception;
+    }
+
+    /**
+     * One map output of {@code bytes} random bytes, served by an executor's node and asked for (one block) by a
+     * fetcher with a 3 s timeout whose completions wait behind a gate; {@code body} runs, then the fetcher closes
+     * and every post it did not release is released.
+     */
+    private static void withGatedFetcher(Path dir, RdmaShuffleConf conf, int bytes, GatedBody body) throws Exception {
+        long[] offsets = {0, bytes};
+        byte[] data = new byte[bytes];
+        new SplittableRandom(7).nextBytes(data);
+        Path f = dir.resolve("shuffle_77_0_0.data");
+        Files.write(f, data);
         try (RdmaNode executor = RdmaTransport.open(conf, NodeOptions.loopback());
              RdmaNode reducer = RdmaTransport.open(conf, NodeOptions.loopback());
-             RegisteredOutputTable table = new RegisteredOutputTable(executor, 78, 1);
+             RegisteredOutputTable table = new RegisteredOutputTable(executor, 77, 1);
              BufferPool pool = new BufferPool(BufferPoolOptions.from(conf), reducer.sinkRegistrar())) {
             table.publish(0, 0, RegisteredMapOutput.register(executor, f, new MapOutputLayout(offsets, 100_000)));
             GatedChannel[] gate = new GatedChannel[1];
             BlockFetcher fetcher = new BlockFetcher(gatedNode(reducer, gate), pool, 4 << 20, 16 << 10, 3_000);
             fetcher.add(new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0, 0, 1));
-            Thread other = pauseLater();
-            long waitFrom = System.nanoTime();
-            FetchFailure e = assertThrows(FetchFailure.class, fetcher::next); // its first READ is held
-            long waited = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - waitFrom);
-            other.join();
-            assertTrue(e.getMessage().contains("no block arrived within 3000 ms"), e.getMessage());
+            int released = body.run(fetcher, gate[0]);
             fetcher.close();
-            for (int i = 0; i < gate[0].postCount(); i++) {
+            for (int i = released; i < gate[0].postCount(); i++) {
                 gate[0].release(i);
             }
-            assertTrue(waited >= 3_800, "the wait failed after " + waited + " ms: its 3 s timeout and the 1 s pause "
-                    + "are 4 s");
         }
     }
 
@@ -76,45 +120,5 @@ class FetchWaitPauseTest {
         });
         other.start();
         return other;
-    }
-
-    @Test
-    @Timeout(60)
-    void shouldAddAPauseOfThisJvmToAStreamedWindowsWaitWhenAnotherThreadRecordedIt(@TempDir Path dir) throws Exception {
-        RdmaShuffleConf conf = new RdmaShuffleConf(Map.of("spark.shuffle.rdma.provider", "tcp",
-                "spark.shuffle.rdma.pool.maxBufferSize", "64k", "spark.shuffle.rdma.pool.chunkSize", "256k"));
-        long[] offsets = {0, 3L * WINDOW};
-        byte[] data = new byte[(int) offsets[1]];
-        new SplittableRandom(7).nextBytes(data);
-        Path f = dir.resolve("shuffle_77_0_0.data");
-        Files.write(f, data);
-        try (RdmaNode executor = RdmaTransport.open(conf, NodeOptions.loopback());
-             RdmaNode reducer = RdmaTransport.open(conf, NodeOptions.loopback());
-             RegisteredOutputTable table = new RegisteredOutputTable(executor, 77, 1);
-             BufferPool pool = new BufferPool(BufferPoolOptions.from(conf), reducer.sinkRegistrar())) {
-            table.publish(0, 0, RegisteredMapOutput.register(executor, f, new MapOutputLayout(offsets, 100_000)));
-            GatedChannel[] gate = new GatedChannel[1];
-            BlockFetcher fetcher = new BlockFetcher(gatedNode(reducer, gate), pool, 4 << 20, 16 << 10, 3_000);
-            fetcher.add(new BlockFetcher.Request(executor.localAddress(), table.descriptor(), 0, 0, 0, 1));
-            gate[0].release(0);
-            fetcher.progress();
-            gate[0].release(1);
-            BlockFetcher.Block s = fetcher.next();
-            assertTrue(s.streamed());
-            Thread other = pauseLater();
-            long waitFrom = System.nanoTime();
-            BlockFetcher.StreamFailed e = assertThrows(BlockFetcher.StreamFailed.class,
-                    () -> s.open(0, s.length()).read());
-            long waited = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - waitFrom);
-            other.join();
-            assertTrue(e.getMessage().contains("no block arrived within 3000 ms"), e.getMessage());
-            s.close();
-            fetcher.close();
-            for (int i = 2; i < gate[0].postCount(); i++) {
-                gate[0].release(i);
-            }
-            assertTrue(waited >= 3_800, "the window's wait failed after " + waited + " ms: its 3 s timeout and the "
-                    + "1 s pause are 4 s");
-        }
     }
 }
